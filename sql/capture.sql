@@ -1,0 +1,129 @@
+-- Capture on a cell-silo table: every kind of write makes outbox rows in the
+-- same transaction.
+\set SHOW_CONTEXT never
+SET client_min_messages = warning;
+DROP EXTENSION pg_outbox CASCADE;
+RESET client_min_messages;
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
+SELECT outbox.register_category('ORGANIZATION_UPDATE', 'ORGANIZATION_SCOPE', 7);
+SELECT outbox.register_category('PROJECT_UPDATE', 'ORGANIZATION_SCOPE', 8);
+
+CREATE TABLE members (id bigint PRIMARY KEY, organization_id bigint NOT NULL,
+                      email text UNIQUE, role text, tags text[], meta jsonb, seen timestamptz);
+SELECT outbox.register_table('members', 'ORGANIZATION_UPDATE', shard_column => 'organization_id',
+                             payload_columns => '{email,role,tags,meta}');
+-- No shard column: the id is the shard identifier; no payload columns: NULL.
+CREATE TABLE projects (id int PRIMARY KEY, name text);
+SELECT outbox.register_table('projects', 'PROJECT_UPDATE');
+
+CREATE VIEW rows AS
+SELECT shard_scope AS scope, shard_identifier AS shard, category AS cat,
+       object_identifier AS object, payload,
+       scheduled_for = date_added AND scheduled_from = date_added AS due_now
+  FROM outbox.cell_outbox ORDER BY id;
+
+-- Multi-row INSERT: one row each, payload from the new row, due at once.
+INSERT INTO members VALUES (1, 100, 'a@x', 'admin', '{a,b}', '{"k": [1, 2]}', now()),
+                           (2, 100, 'b@x', NULL, NULL, NULL, now()),
+                           (3, 200, 'c@x', 'member', '{}', '"s"', now());
+INSERT INTO projects VALUES (10, 'p10');
+SELECT * FROM rows;
+SELECT count(*) = 4 AS same_transaction_timestamps FROM outbox.cell_outbox
+ WHERE date_added = (SELECT min(date_added) FROM outbox.cell_outbox) OR object_identifier = 10;
+TRUNCATE outbox.cell_outbox;
+
+-- UPDATE within a shard: one row with the new payload.  UPDATE that moves a
+-- row to another shard: one for the old shard (old payload), one for the new.
+UPDATE members SET role = 'owner' WHERE id = 1;
+UPDATE members SET organization_id = 300, role = 'moved' WHERE id = 2;
+-- An UPDATE of the id itself is the same: the old object and the new.
+UPDATE projects SET id = 11 WHERE id = 10;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- DELETE: payload from the old row.
+DELETE FROM members WHERE id = 3;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- INSERT ... ON CONFLICT DO UPDATE: the conflicting row is an update; DO
+-- NOTHING writes nothing.
+INSERT INTO members VALUES (1, 100, 'a@x', 'upserted') ON CONFLICT (id) DO UPDATE SET role = excluded.role;
+INSERT INTO members VALUES (4, 100, 'd@x', 'new') ON CONFLICT (id) DO UPDATE SET role = excluded.role;
+INSERT INTO members VALUES (5, 100, 'a@x', 'dup') ON CONFLICT DO NOTHING;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- COPY.
+COPY members (id, organization_id, email, role) FROM stdin;
+20	500	copy1@x	copied
+21	500	copy2@x	copied
+\.
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- Rollbacks and rolled-back savepoints leave no row; released ones do.
+BEGIN;
+INSERT INTO members VALUES (30, 600, 'r1@x');
+ROLLBACK;
+BEGIN;
+INSERT INTO members VALUES (31, 600, 'kept1@x');
+SAVEPOINT s1;
+INSERT INTO members VALUES (32, 600, 'gone@x');
+UPDATE members SET role = 'gone' WHERE id = 31;
+ROLLBACK TO SAVEPOINT s1;
+SAVEPOINT s2;
+INSERT INTO members VALUES (33, 600, 'kept2@x');
+RELEASE SAVEPOINT s2;
+COMMIT;
+-- A statement that fails half way leaves nothing either.
+INSERT INTO members VALUES (34, 600, 'x1@x'), (35, 600, 'a@x');
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- TRUNCATE: one deletion row (old payload) per removed row, same transaction.
+SELECT count(*) AS members_before_truncate FROM members;
+BEGIN;
+TRUNCATE members;
+SELECT count(*) AS rows_inside FROM outbox.cell_outbox;
+ROLLBACK;
+SELECT count(*) AS rows_after_rollback FROM outbox.cell_outbox;
+TRUNCATE members;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+TRUNCATE projects;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- session_replication_role = replica does not switch capture off.
+SET session_replication_role = replica;
+INSERT INTO projects VALUES (12, 'replica');
+RESET session_replication_role;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- Per-backend metadata is refreshed when the registration or the table
+-- changes: new payload columns, a re-registration under another category,
+-- a column added before use.
+SELECT outbox.unregister_table('projects');
+INSERT INTO projects VALUES (13, 'not captured');
+SELECT outbox.register_table('projects', 'ORGANIZATION_UPDATE', payload_columns => '{name}');
+INSERT INTO projects VALUES (14, 'captured again');
+ALTER TABLE projects ADD COLUMN extra int DEFAULT 5;
+SELECT outbox.unregister_table('projects');
+SELECT outbox.register_table('projects', 'PROJECT_UPDATE', payload_columns => '{extra,name}');
+UPDATE projects SET name = 'renamed' WHERE id = 14;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
+-- Another session sees a registration change made here (cache invalidation
+-- across backends).
+CREATE EXTENSION IF NOT EXISTS dblink;
+SELECT dblink_connect('other', 'dbname=' || current_database());
+SELECT * FROM dblink('other', 'INSERT INTO projects VALUES (15, ''before'') RETURNING id') AS t(id int);
+SELECT outbox.unregister_table('projects');
+SELECT outbox.register_table('projects', 'ORGANIZATION_UPDATE');
+SELECT * FROM dblink('other', 'INSERT INTO projects VALUES (16, ''after'') RETURNING id') AS t(id int);
+SELECT dblink_disconnect('other');
+SELECT * FROM rows;

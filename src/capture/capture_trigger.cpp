@@ -1,0 +1,223 @@
+// Capture: the trigger functions that register_table installs.
+//
+//   outbox.capture_row()       AFTER INSERT OR UPDATE OR DELETE, FOR EACH ROW
+//   outbox.capture_truncate()  BEFORE TRUNCATE, FOR EACH STATEMENT, on every
+//                              leaf relation of the registered table
+//
+// Both are ENABLE ALWAYS, so session_replication_role cannot switch them off.
+// An UPDATE writes the row for the new key; when the shard, the id or the
+// target cell changed, it also writes one for the old key (the object left
+// that shard), with the old row's payload, as a deletion would.
+//
+// This file calls PostgreSQL directly and owns no C++ objects with
+// destructors: an ERROR may unwind through any of its frames.
+#include "capture/outbox_writer.hpp"
+#include "pg/guard.hpp"
+#include "registry/table_meta.hpp"
+#include "settings.hpp"
+
+namespace pgoutbox {
+
+namespace {
+
+struct RowKey {
+    int64 object_identifier;
+    int64 shard_identifier;
+    const char *cell; // NULL: every registered cell (or a cell row)
+};
+
+RowKey row_key(const TableMeta *meta, TupleTableSlot *slot) {
+    RowKey key;
+    bool isnull;
+    Datum id = slot_getattr(slot, meta->id_attnum, &isnull);
+    if (isnull)
+        ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                        errmsg("id of a row of registered table %s is NULL", meta->relname)));
+    key.object_identifier = integer_datum(id, meta->id_type);
+    key.shard_identifier = key.object_identifier;
+    if (meta->shard_attnum != InvalidAttrNumber) {
+        Datum shard = slot_getattr(slot, meta->shard_attnum, &isnull);
+        if (isnull)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                     errmsg("shard column of registered table %s is NULL for id " INT64_FORMAT,
+                            meta->relname, key.object_identifier),
+                     errdetail("Every outbox row needs a shard identifier.")));
+        key.shard_identifier = integer_datum(shard, meta->shard_type);
+    }
+    key.cell = nullptr;
+    if (meta->cell_attnum != InvalidAttrNumber) {
+        Datum cell = slot_getattr(slot, meta->cell_attnum, &isnull);
+        if (isnull)
+            ereport(ERROR,
+                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
+                     errmsg("cell column of registered table %s is NULL for id " INT64_FORMAT,
+                            meta->relname, key.object_identifier)));
+        key.cell = TextDatumGetCString(cell);
+    }
+    return key;
+}
+
+bool same_key(const RowKey &a, const RowKey &b) {
+    if (a.object_identifier != b.object_identifier || a.shard_identifier != b.shard_identifier)
+        return false;
+    if (a.cell == nullptr || b.cell == nullptr)
+        return a.cell == b.cell;
+    return strcmp(a.cell, b.cell) == 0;
+}
+
+Datum build_payload(const TableMeta *meta, TupleTableSlot *slot) {
+    if (meta->npayload == 0)
+        return (Datum)0;
+    JsonbParseState *state = nullptr;
+    pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
+    for (int i = 0; i < meta->npayload; i++) {
+        const PayloadColumn *column = &meta->payload[i];
+        JsonbValue key;
+        key.type = jbvString;
+        key.val.string.val = const_cast<char *>(column->name);
+        key.val.string.len = (int)strlen(column->name);
+        pushJsonbValue(&state, WJB_KEY, &key);
+
+        bool isnull;
+        Datum value = slot_getattr(slot, column->attnum, &isnull);
+        JsonbValue json;
+        if (isnull) {
+            json.type = jbvNull;
+        } else {
+            Jsonb *jsonb =
+                DatumGetJsonbP(FunctionCall1(const_cast<FmgrInfo *>(&column->to_jsonb), value));
+            if (JB_ROOT_IS_SCALAR(jsonb)) {
+                JsonbExtractScalar(&jsonb->root, &json);
+            } else {
+                json.type = jbvBinary;
+                json.val.binary.data = &jsonb->root;
+                json.val.binary.len = (int)(VARSIZE(jsonb) - VARHDRSZ);
+            }
+        }
+        pushJsonbValue(&state, WJB_VALUE, &json);
+    }
+    JsonbValue *object = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
+    return JsonbPGetDatum(JsonbValueToJsonb(object));
+}
+
+// Writes the outbox row(s) for one key: one for a cell table, one per target
+// cell for a control table.
+void write_rows(const Registry *registry, const TableMeta *meta, const RowKey &key, Datum payload) {
+    OutboxRow row;
+    row.shard_scope = meta->scope;
+    row.shard_identifier = key.shard_identifier;
+    row.category = meta->category;
+    row.object_identifier = key.object_identifier;
+    row.payload = payload;
+    row.cell_name = nullptr;
+    if (meta->silo == Silo::Cell) {
+        outbox_write(registry, Silo::Cell, &row);
+        return;
+    }
+    if (key.cell != nullptr) {
+        row.cell_name = key.cell;
+        outbox_write(registry, Silo::Control, &row);
+        return;
+    }
+    if (registry->ncells == 0)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("no cell is registered: a change to control table %s has no "
+                               "cell to be delivered to",
+                               meta->relname),
+                        errhint("Register the cells with outbox.register_cell(name).")));
+    for (int i = 0; i < registry->ncells; i++) {
+        row.cell_name = registry->cells[i];
+        outbox_write(registry, Silo::Control, &row);
+    }
+}
+
+void capture_slot(const Registry *registry, const TableMeta *meta, TupleTableSlot *slot) {
+    write_rows(registry, meta, row_key(meta, slot), build_payload(meta, slot));
+}
+
+void check_silo(const TableMeta *meta) {
+    if (silo_mode == SILO_MODE_MONOLITH)
+        return;
+    bool local = (silo_mode == SILO_MODE_CELL) == (meta->silo == Silo::Cell);
+    if (!local)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("table %s belongs to the %s silo; this database runs in %s mode", meta->relname,
+                    meta->silo == Silo::Cell ? "cell" : "control", silo_mode_name(silo_mode)),
+             errhint("Writes to a table of another silo are refused (outbox.silo_mode).")));
+}
+
+TriggerData *trigger_data(FunctionCallInfo fcinfo, const char *function) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("%s was not called by the trigger manager", function)));
+    return (TriggerData *)fcinfo->context;
+}
+
+} // namespace
+
+} // namespace pgoutbox
+
+using namespace pgoutbox;
+
+OUTBOX_FUNCTION(capture_row) {
+    TriggerData *td = trigger_data(fcinfo, "outbox.capture_row()");
+    if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox.capture_row() must be an AFTER ... FOR EACH ROW trigger")));
+    const TableMeta *meta = table_meta_get(td->tg_relation);
+    if (!meta->registered)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("table %s is not registered with pg_outbox", meta->relname),
+                        errhint("outbox.capture_row() is installed by outbox.register_table().")));
+    check_silo(meta);
+    const Registry *registry = registry_get();
+
+    if (TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
+        RowKey old_key = row_key(meta, td->tg_trigslot);
+        RowKey new_key = row_key(meta, td->tg_newslot);
+        if (!same_key(old_key, new_key))
+            write_rows(registry, meta, old_key, build_payload(meta, td->tg_trigslot));
+        write_rows(registry, meta, new_key, build_payload(meta, td->tg_newslot));
+    } else {
+        capture_slot(registry, meta, td->tg_trigslot);
+    }
+    return PointerGetDatum(nullptr);
+}
+
+OUTBOX_FUNCTION(capture_truncate) {
+    TriggerData *td = trigger_data(fcinfo, "outbox.capture_truncate()");
+    if (!TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || !TRIGGER_FIRED_BEFORE(td->tg_event))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox.capture_truncate() must be a BEFORE TRUNCATE trigger")));
+    Relation rel = td->tg_relation;
+    const TableMeta *meta = table_meta_get(rel);
+    // A partition detached from a registered table keeps this trigger; it is
+    // no longer captured.  A partitioned table holds no rows of its own.
+    if (!meta->registered || rel->rd_rel->relkind != RELKIND_RELATION)
+        return PointerGetDatum(nullptr);
+    check_silo(meta);
+    const Registry *registry = registry_get();
+
+    // TRUNCATE holds ACCESS EXCLUSIVE here, so the latest snapshot sees every
+    // row it is about to remove, including rows committed after this
+    // transaction's own snapshot was taken.
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
+    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+    MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox truncate row",
+                                                  ALLOCSET_DEFAULT_SIZES);
+    MemoryContext old = MemoryContextSwitchTo(per_row);
+    while (table_scan_getnextslot(scan, ForwardScanDirection, slot)) {
+        capture_slot(registry, meta, slot);
+        MemoryContextReset(per_row);
+    }
+    MemoryContextSwitchTo(old);
+    MemoryContextDelete(per_row);
+    ExecDropSingleTupleTableSlot(slot);
+    table_endscan(scan);
+    UnregisterSnapshot(snapshot);
+    return PointerGetDatum(nullptr);
+}

@@ -1,0 +1,47 @@
+#include "pg/privileged.hpp"
+
+extern "C" {
+#include "access/skey.h"
+#include "access/stratnum.h"
+#include "catalog/indexing.h"
+#include "catalog/pg_authid.h"
+}
+
+namespace pgoutbox::pg {
+
+Oid extension_owner() {
+    Oid extension = get_extension_oid("pg_outbox", true);
+    if (!OidIsValid(extension))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("extension pg_outbox is not installed in this database"),
+                        errhint("Run CREATE EXTENSION pg_outbox.")));
+
+    Relation rel = table_open(ExtensionRelationId, AccessShareLock);
+    ScanKeyData key;
+    ScanKeyInit(&key, Anum_pg_extension_oid, BTEqualStrategyNumber, F_OIDEQ,
+                ObjectIdGetDatum(extension));
+    SysScanDesc scan = systable_beginscan(rel, ExtensionOidIndexId, true, nullptr, 1, &key);
+    HeapTuple tuple = systable_getnext(scan);
+    Oid owner = HeapTupleIsValid(tuple) ? ((Form_pg_extension)GETSTRUCT(tuple))->extowner
+                                        : BOOTSTRAP_SUPERUSERID;
+    systable_endscan(scan);
+    table_close(rel, AccessShareLock);
+    return owner;
+}
+
+void privileged_begin(PrivilegedScope *scope) {
+    Oid owner = extension_owner();
+    GetUserIdAndSecContext(&scope->saved_user, &scope->saved_security_context);
+    SetUserIdAndSecContext(owner, scope->saved_security_context | SECURITY_LOCAL_USERID_CHANGE |
+                                      SECURITY_RESTRICTED_OPERATION);
+    scope->guc_nest_level = NewGUCNestLevel();
+    (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
+                            GUC_ACTION_SAVE, true, 0, false);
+}
+
+void privileged_end(PrivilegedScope *scope) {
+    AtEOXact_GUC(true, scope->guc_nest_level);
+    SetUserIdAndSecContext(scope->saved_user, scope->saved_security_context);
+}
+
+} // namespace pgoutbox::pg

@@ -1,0 +1,263 @@
+#include "registry/table_meta.hpp"
+
+#include "pg/privileged.hpp"
+
+namespace pgoutbox {
+
+static Registry registry;
+static HTAB *table_cache = nullptr;
+static bool callback_registered = false;
+
+static void invalidate_callback(Datum, Oid relid) {
+    bool everything = relid == InvalidOid || relid == registry.registry_relid ||
+                      relid == registry.cells_relid || relid == registry.cell_outbox.relid ||
+                      relid == registry.control_outbox.relid;
+    if (everything)
+        registry.valid = false;
+    if (table_cache == nullptr)
+        return;
+    if (everything) {
+        HASH_SEQ_STATUS status;
+        hash_seq_init(&status, table_cache);
+        for (auto *entry = (TableMeta *)hash_seq_search(&status); entry != nullptr;
+             entry = (TableMeta *)hash_seq_search(&status))
+            entry->valid = false;
+    } else if (auto *entry = (TableMeta *)hash_search(table_cache, &relid, HASH_FIND, nullptr)) {
+        entry->valid = false;
+    }
+}
+
+static void ensure_callback() {
+    if (callback_registered)
+        return;
+    CacheRegisterRelcacheCallback(invalidate_callback, (Datum)0);
+    callback_registered = true;
+}
+
+int64 integer_datum(Datum value, Oid type) {
+    switch (type) {
+    case INT2OID:
+        return DatumGetInt16(value);
+    case INT4OID:
+        return DatumGetInt32(value);
+    default:
+        return DatumGetInt64(value);
+    }
+}
+
+static Oid outbox_namespace() {
+    return get_namespace_oid("outbox", false);
+}
+
+static void load_outbox_table(OutboxTable *table, const char *name, const char *sequence,
+                              int expected_natts) {
+    Oid nsp = outbox_namespace();
+    table->relid = get_relname_relid(name, nsp);
+    table->sequence = get_relname_relid(sequence, nsp);
+    if (!OidIsValid(table->relid) || !OidIsValid(table->sequence))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("pg_outbox storage outbox.%s is missing", name),
+                        errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
+                                "CREATE EXTENSION pg_outbox.")));
+
+    Relation rel = table_open(table->relid, AccessShareLock);
+    if (rel->rd_rel->relkind != RELKIND_RELATION || RelationGetDescr(rel)->natts != expected_natts)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("pg_outbox storage outbox.%s has been altered", name),
+                        errdetail("Capture writes a plain table of %d columns.", expected_natts)));
+    table->natts = expected_natts;
+    List *index_oids = RelationGetIndexList(rel);
+    table->nindexes = list_length(index_oids);
+    table->indexes = (OutboxIndex *)palloc0(sizeof(OutboxIndex) * Max(table->nindexes, 1));
+    int i = 0;
+    ListCell *lc;
+    foreach (lc, index_oids) {
+        Relation index = index_open(lfirst_oid(lc), AccessShareLock);
+        IndexInfo *info = BuildIndexInfo(index);
+        if (info->ii_Expressions != NIL || info->ii_Predicate != NIL)
+            ereport(ERROR,
+                    (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                     errmsg("outbox.%s has an expression or partial index, %s", name,
+                            RelationGetRelationName(index)),
+                     errhint("Capture maintains plain column indexes only; drop that index.")));
+        table->indexes[i].oid = RelationGetRelid(index);
+        table->indexes[i].info = info;
+        index_close(index, AccessShareLock);
+        i++;
+    }
+    table_close(rel, AccessShareLock);
+}
+
+static void load_cells() {
+    SPI_connect();
+    pg::PrivilegedScope scope;
+    pg::privileged_begin(&scope);
+    SPI_execute("SELECT name FROM outbox.cells ORDER BY name", true, 0);
+    pg::privileged_end(&scope);
+    registry.ncells = (int)SPI_processed;
+    registry.cells = (const char **)MemoryContextAllocZero(
+        registry.context, sizeof(char *) * Max(registry.ncells, 1));
+    for (int i = 0; i < registry.ncells; i++)
+        registry.cells[i] = MemoryContextStrdup(
+            registry.context, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    SPI_finish();
+}
+
+const Registry *registry_get() {
+    ensure_callback();
+    if (registry.valid)
+        return &registry;
+
+    if (registry.context != nullptr)
+        MemoryContextDelete(registry.context);
+    registry = Registry{};
+    registry.context =
+        AllocSetContextCreate(CacheMemoryContext, "pg_outbox registry", ALLOCSET_SMALL_SIZES);
+    MemoryContext old = MemoryContextSwitchTo(registry.context);
+    Oid nsp = outbox_namespace();
+    registry.registry_relid = get_relname_relid("registered_tables", nsp);
+    registry.cells_relid = get_relname_relid("cells", nsp);
+    load_outbox_table(&registry.cell_outbox, "cell_outbox", "cell_outbox_id_seq", 9);
+    load_outbox_table(&registry.control_outbox, "control_outbox", "control_outbox_id_seq", 10);
+    MemoryContextSwitchTo(old);
+    load_cells();
+    // Set last: an error above leaves the registry invalid, to be rebuilt.
+    registry.valid = true;
+    return &registry;
+}
+
+static AttrNumber resolve_column(Relation rel, const char *column, const char *role) {
+    AttrNumber attnum = get_attnum(RelationGetRelid(rel), column);
+    if (attnum <= 0)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_COLUMN),
+                        errmsg("%s column \"%s\" of registered table %s does not exist", role,
+                               column, RelationGetRelationName(rel)),
+                        errhint("Unregister and register the table again.")));
+    return attnum;
+}
+
+static Oid column_type(Relation rel, AttrNumber attnum) {
+    return TupleDescAttr(RelationGetDescr(rel), attnum - 1)->atttypid;
+}
+
+static void require_integer(Relation rel, AttrNumber attnum, const char *role) {
+    Oid type = column_type(rel, attnum);
+    if (type != INT2OID && type != INT4OID && type != INT8OID)
+        ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                        errmsg("%s column of registered table %s is of type %s, not an integer",
+                               role, RelationGetRelationName(rel), format_type_be(type))));
+}
+
+// Fills entry from the registry row that covers rel (rel itself or the
+// nearest registered partition ancestor).
+static void build_entry(TableMeta *entry, Relation rel) {
+    static const char *query =
+        "SELECT r.table_key, r.silo, r.category, c.scope, r.shard_column::text,"
+        " r.cell_column::text, r.payload_columns::text[]"
+        " FROM outbox.registered_tables r"
+        " JOIN outbox.categories c ON c.id = r.category"
+        " JOIN outbox._self_and_ancestors($1) a ON a.relid = r.relid"
+        " ORDER BY a.depth LIMIT 1";
+    static SPIPlanPtr plan = nullptr;
+
+    SPI_connect();
+    pg::PrivilegedScope scope;
+    pg::privileged_begin(&scope);
+    if (plan == nullptr) {
+        Oid argtypes[1] = {REGCLASSOID};
+        SPIPlanPtr fresh = SPI_prepare(query, 1, argtypes);
+        if (fresh == nullptr)
+            elog(ERROR, "pg_outbox: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
+        SPI_keepplan(fresh);
+        plan = fresh;
+    }
+    Datum args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
+    int rc = SPI_execute_plan(plan, args, nullptr, true, 1);
+    pg::privileged_end(&scope);
+    if (rc != SPI_OK_SELECT)
+        elog(ERROR, "pg_outbox: registry lookup failed: %s", SPI_result_code_string(rc));
+
+    MemoryContext old = MemoryContextSwitchTo(entry->context);
+    entry->relname = pstrdup(RelationGetRelationName(rel));
+    entry->registered = SPI_processed == 1;
+    if (entry->registered) {
+        HeapTuple row = SPI_tuptable->vals[0];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        entry->table_key = pstrdup(SPI_getvalue(row, desc, 1));
+        entry->silo =
+            strcmp(SPI_getvalue(row, desc, 2), "control") == 0 ? Silo::Control : Silo::Cell;
+        entry->category = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+        entry->scope = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+
+        entry->id_attnum = resolve_column(rel, "id", "id");
+        require_integer(rel, entry->id_attnum, "id");
+        entry->id_type = column_type(rel, entry->id_attnum);
+
+        char *shard = SPI_getvalue(row, desc, 5);
+        entry->shard_attnum = InvalidAttrNumber;
+        if (shard != nullptr) {
+            entry->shard_attnum = resolve_column(rel, shard, "shard");
+            require_integer(rel, entry->shard_attnum, "shard");
+            entry->shard_type = column_type(rel, entry->shard_attnum);
+        }
+        char *cell = SPI_getvalue(row, desc, 6);
+        entry->cell_attnum =
+            cell != nullptr ? resolve_column(rel, cell, "cell") : InvalidAttrNumber;
+
+        Datum payload = SPI_getbinval(row, desc, 7, &isnull);
+        entry->npayload = 0;
+        if (!isnull) {
+            Datum *names;
+            bool *nulls;
+            int count;
+            deconstruct_array(DatumGetArrayTypeP(payload), TEXTOID, -1, false, TYPALIGN_INT, &names,
+                              &nulls, &count);
+            entry->payload = (PayloadColumn *)palloc0(sizeof(PayloadColumn) * Max(count, 1));
+            for (int i = 0; i < count; i++) {
+                PayloadColumn *column = &entry->payload[i];
+                column->name = TextDatumGetCString(names[i]);
+                column->attnum = resolve_column(rel, column->name, "payload");
+                Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), column->attnum - 1);
+                fmgr_info_cxt(F_TO_JSONB, &column->to_jsonb, entry->context);
+                column->to_jsonb.fn_expr = (Node *)makeFuncExpr(
+                    F_TO_JSONB, JSONBOID,
+                    list_make1(makeNullConst(att->atttypid, att->atttypmod, att->attcollation)),
+                    InvalidOid, InvalidOid, COERCE_EXPLICIT_CALL);
+            }
+            entry->npayload = count;
+        }
+    }
+    MemoryContextSwitchTo(old);
+    SPI_finish();
+}
+
+const TableMeta *table_meta_get(Relation rel) {
+    ensure_callback();
+    if (table_cache == nullptr) {
+        HASHCTL ctl;
+        memset(&ctl, 0, sizeof ctl);
+        ctl.keysize = sizeof(Oid);
+        ctl.entrysize = sizeof(TableMeta);
+        ctl.hcxt = CacheMemoryContext;
+        table_cache =
+            hash_create("pg_outbox table cache", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    }
+    Oid relid = RelationGetRelid(rel);
+    bool found;
+    auto *entry = (TableMeta *)hash_search(table_cache, &relid, HASH_ENTER, &found);
+    if (found && entry->valid)
+        return entry;
+    if (found && entry->context != nullptr)
+        MemoryContextDelete(entry->context);
+    memset(entry, 0, sizeof *entry);
+    entry->relid = relid;
+    entry->context =
+        AllocSetContextCreate(CacheMemoryContext, "pg_outbox table meta", ALLOCSET_SMALL_SIZES);
+    // An error while building leaves valid false: the next call rebuilds.
+    build_entry(entry, rel);
+    entry->valid = true;
+    return entry;
+}
+
+} // namespace pgoutbox

@@ -1,0 +1,75 @@
+// Per-backend cache of what capture needs to know: the registered table a
+// relation belongs to (a partition resolves to its registered root), its
+// columns resolved to attribute numbers on that very relation, the registered
+// cells, and pg_outbox's storage (outbox tables, their sequences and indexes).
+//
+// Entries are built on first use and dropped by relcache invalidation: of the
+// relation itself (ALTER TABLE), of the registry tables (every registry
+// change calls outbox._invalidate_cache()), or of the outbox tables.
+// Invalidation only marks entries stale; memory is released at the next
+// lookup, never under a caller that is still using an entry.
+#pragma once
+
+#include "pg/postgres.hpp"
+
+namespace pgoutbox {
+
+enum class Silo { Cell, Control };
+
+struct PayloadColumn {
+    AttrNumber attnum;
+    const char *name;
+    FmgrInfo to_jsonb; // to_jsonb() with an fn_expr that names the column's type
+};
+
+struct TableMeta {
+    Oid relid; // hash key: the relation the trigger fires on
+    bool valid;
+    bool registered; // false: no registration covers this relation
+    MemoryContext context;
+    const char *relname;
+    const char *table_key;
+    Silo silo;
+    int32 category;
+    int32 scope;
+    AttrNumber id_attnum;
+    Oid id_type;
+    AttrNumber shard_attnum; // InvalidAttrNumber: the id is the shard identifier
+    Oid shard_type;
+    AttrNumber cell_attnum; // control tables only; InvalidAttrNumber: every cell
+    int npayload;           // 0: payload is NULL
+    PayloadColumn *payload;
+};
+
+struct OutboxIndex {
+    Oid oid;
+    IndexInfo *info;
+};
+
+struct OutboxTable {
+    Oid relid;
+    Oid sequence;
+    int natts;
+    int nindexes;
+    OutboxIndex *indexes;
+};
+
+struct Registry {
+    bool valid;
+    MemoryContext context;
+    Oid registry_relid; // outbox.registered_tables
+    Oid cells_relid;    // outbox.cells
+    OutboxTable cell_outbox;
+    OutboxTable control_outbox;
+    int ncells;
+    const char **cells; // registered cells, sorted
+};
+
+// Both return entries valid until the next call of either.
+const Registry *registry_get();
+const TableMeta *table_meta_get(Relation rel);
+
+// Reads an integer column (int2, int4 or int8) as int64.
+int64 integer_datum(Datum value, Oid type);
+
+} // namespace pgoutbox

@@ -1,0 +1,79 @@
+# Throwaway PostgreSQL cluster and Redis server for tests, the demo and the
+# benchmarks.  Source it, then: cluster_start [extra postgresql.conf lines];
+# redis_start; ... ; cluster_stop (also run from the EXIT trap).
+#
+# Works as root (the cluster then runs as the unprivileged OS user
+# "postgres") or as a normal user.  Exports PGHOST, PGPORT, PGUSER,
+# PGDATABASE for psql and friends, and REDIS_PORT.
+
+PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/15/bin 2>/dev/null || dirname "$(command -v pg_ctl)")}
+PG_CONFIG=${PG_CONFIG:-$PG_BIN/pg_config}
+
+_free_port() {
+    python3 - <<'PY'
+import socket
+s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()
+PY
+}
+
+_as_db_user() {
+    if [[ $(id -u) == 0 ]]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+cluster_start() {
+    CLUSTER_DIR=$(mktemp -d /tmp/pg_outbox.XXXXXX)
+    [[ $(id -u) == 0 ]] && chown postgres: "$CLUSTER_DIR"
+    export PGPORT=$(_free_port) PGHOST=$CLUSTER_DIR PGUSER=postgres PGDATABASE=postgres
+    _as_db_user "$PG_BIN/initdb" -D "$CLUSTER_DIR/data" -U postgres --no-sync -A trust \
+        -E UTF8 --locale=C.UTF-8 >"$CLUSTER_DIR/initdb.log" 2>&1 || {
+        cat "$CLUSTER_DIR/initdb.log"; return 1; }
+    cat >>"$CLUSTER_DIR/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PGPORT
+unix_socket_directories = '$CLUSTER_DIR'
+shared_preload_libraries = 'pg_outbox'
+fsync = off
+max_connections = 40
+log_min_messages = warning
+$*
+CONF
+    _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start \
+        >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }
+}
+
+redis_start() {
+    export REDIS_PORT=$(_free_port)
+    redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        --daemonize no >"${CLUSTER_DIR:-/tmp}/redis.log" 2>&1 &
+    REDIS_PID=$!
+    for _ in $(seq 50); do
+        redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "redis-server did not start" >&2
+    return 1
+}
+
+cluster_stop() {
+    if [[ -n ${REDIS_PID:-} ]]; then
+        kill "$REDIS_PID" 2>/dev/null || true
+        wait "$REDIS_PID" 2>/dev/null || true
+        REDIS_PID=
+    fi
+    if [[ -n ${CLUSTER_DIR:-} && -d $CLUSTER_DIR ]]; then
+        _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate stop >/dev/null 2>&1 || true
+        [[ -n ${KEEP_CLUSTER:-} ]] || rm -rf "$CLUSTER_DIR"
+        CLUSTER_DIR=
+    fi
+}
+
+# make install, as root or through sudo.
+install_extension() {
+    local root=$1
+    make -C "$root" -s PG_CONFIG="$PG_CONFIG" >/dev/null
+    if [[ -w $("$PG_CONFIG" --pkglibdir) ]]; then
+        make -C "$root" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+    else
+        sudo make -C "$root" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+    fi
+}

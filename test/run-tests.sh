@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Runs every test of pg_outbox against a throwaway PostgreSQL cluster (which
+# preloads pg_outbox) and a throwaway Redis:
+#   1. unit tests of pure C++ logic (CMake + GoogleTest, through ctest);
+#   2. pg_regress: sql/*.sql against expected/*.out;
+#   3. pgTAP: test/pgtap/*.sql through pg_prove;
+#   4. integration scripts: test/integration/*.sh (their own clusters).
+# Works as root (servers then run as the OS user "postgres") or as a normal
+# user.  Exits non-zero on any failure; the last line is "N passed, M failed".
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/test/cluster.sh"
+trap cluster_stop EXIT
+
+passed=0
+failed=0
+count() { # count PASSED FAILED LABEL
+    passed=$((passed + $1))
+    failed=$((failed + $2))
+    echo "== $3: $1 passed, $2 failed"
+}
+
+echo "== building and installing pg_outbox"
+install_extension "$root" || { echo "build failed"; echo "0 passed, 1 failed"; exit 1; }
+
+# 1. Unit tests.
+build=$root/build
+if cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release >"$root/build.log" 2>&1 &&
+    cmake --build "$build" -j2 >>"$root/build.log" 2>&1; then
+    out=$(cd "$build" && ctest --output-on-failure 2>&1)
+    echo "$out" | tail -n 3
+    total=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p')
+    bad=$(echo "$out" | sed -n 's/.*tests passed, \([0-9]*\) tests failed out of.*/\1/p')
+    count $((${total:-0} - ${bad:-1})) "${bad:-1}" "unit tests"
+else
+    tail -n 30 "$root/build.log"
+    count 0 1 "unit test build"
+fi
+
+# 2 and 3 share one cluster.
+cluster_start || { echo "0 passed, 1 failed"; exit 1; }
+redis_start || { echo "0 passed, 1 failed"; exit 1; }
+
+regress_out=$(mktemp -d)
+[[ $(id -u) == 0 ]] && chown postgres: "$regress_out"
+tests=$(cd "$root/sql" && ls *.sql | sed 's/\.sql$//')
+"$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
+    --inputdir="$root" --outputdir="$regress_out" --host="$PGHOST" --port="$PGPORT" \
+    --user=postgres --load-extension=pg_outbox --dbname=regression $tests >"$regress_out/run.log" 2>&1
+cat "$regress_out/run.log" | grep -E '^(ok|not ok|test| +[a-z_]+ +\.\.\.)' || cat "$regress_out/run.log"
+n_tests=$(echo $tests | wc -w)
+n_failed=$(grep -cE '^(not ok|test .*FAILED| *[a-z_0-9]+ +\.\.\. FAILED)' "$regress_out/run.log")
+if [[ -f $regress_out/regression.diffs ]]; then
+    head -n 200 "$regress_out/regression.diffs"
+    cp "$regress_out/regression.diffs" "$root/regression.diffs"
+fi
+count $((n_tests - n_failed)) "$n_failed" "pg_regress"
+
+psql -X -q -d postgres -c "CREATE DATABASE tap" &&
+    psql -X -q -d tap -c "CREATE EXTENSION pgtap; CREATE EXTENSION pg_outbox;" || count 0 1 "pgTAP setup"
+tap_out=$(PGDATABASE=tap pg_prove -v --ext .sql "$root"/test/pgtap/*.sql 2>&1)
+echo "$tap_out" | grep -vE '^ok ' | tail -n 40
+tap_ok=$(echo "$tap_out" | grep -cE '^ok ')
+tap_bad=$(echo "$tap_out" | grep -cE '^not ok ')
+if ! echo "$tap_out" | grep -q '^Result: PASS' && [[ $tap_bad == 0 ]]; then
+    tap_bad=1 # a file died without reporting a failed test
+fi
+count "$tap_ok" "$tap_bad" "pgTAP"
+cluster_stop
+
+# 4. Integration scripts: each makes its own cluster and exits non-zero on
+# failure.
+for script in "$root"/test/integration/*.sh; do
+    [[ -e $script ]] || continue
+    name=$(basename "$script" .sh)
+    if bash "$script" >"$regress_out/$name.log" 2>&1; then
+        count 1 0 "integration $name"
+    else
+        tail -n 40 "$regress_out/$name.log"
+        count 0 1 "integration $name"
+    fi
+done
+
+rm -rf "$regress_out"
+echo
+echo "$passed passed, $failed failed"
+[[ $failed == 0 && $passed -gt 0 ]]
