@@ -127,3 +127,12 @@ SELECT outbox.register_table('projects', 'ORGANIZATION_UPDATE');
 SELECT * FROM dblink('other', 'INSERT INTO projects VALUES (16, ''after'') RETURNING id') AS t(id int);
 SELECT dblink_disconnect('other');
 SELECT * FROM rows;
+
+-- Every outbox row sits in the hash partition PostgreSQL itself would route
+-- it to (capture routes rows without the executor).
+INSERT INTO members SELECT g, g % 97, 'bulk' || g || '@x' FROM generate_series(1000, 3000) g;
+SELECT count(*) AS rows_written,
+       count(*) FILTER (WHERE satisfies_hash_partition('outbox.cell_outbox'::regclass, 16,
+            substring(tableoid::regclass::text FROM '_(\d+)$')::int, shard_identifier))
+           AS rows_in_their_partition
+  FROM outbox.cell_outbox WHERE object_identifier BETWEEN 1000 AND 3000;

@@ -53,6 +53,7 @@ n_failed=$(grep -cE '^(not ok|test .*FAILED| *[a-z_0-9]+ +\.\.\. FAILED)' "$regr
 if [[ -f $regress_out/regression.diffs ]]; then
     head -n 200 "$regress_out/regression.diffs"
     cp "$regress_out/regression.diffs" "$root/regression.diffs"
+    rm -rf "$root/results" && cp -r "$regress_out/results" "$root/results"
 fi
 count $((n_tests - n_failed)) "$n_failed" "pg_regress"
 

@@ -37,12 +37,19 @@ void outbox_write(const Registry *registry, Silo silo, const OutboxRow *row) {
     if (silo == Silo::Control)
         values[COL_CELL_NAME] = CStringGetTextDatum(row->cell_name);
 
-    Relation rel = table_open(table->relid, RowExclusiveLock);
+    // Route to the hash partition of shard_identifier, as PostgreSQL would.
+    bool key_null = false;
+    uint64 hash = compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
+                                               const_cast<Oid *>(&table->hash_collation),
+                                               &values[COL_SHARD_IDENTIFIER], &key_null);
+    const OutboxPartition *partition = &table->by_remainder[hash % table->nremainders];
+
+    Relation rel = table_open(partition->relid, RowExclusiveLock);
     HeapTuple tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
     simple_heap_insert(rel, tuple);
 
-    for (int i = 0; i < table->nindexes; i++) {
-        const OutboxIndex *index = &table->indexes[i];
+    for (int i = 0; i < partition->nindexes; i++) {
+        const OutboxIndex *index = &partition->indexes[i];
         IndexInfo *info = index->info;
         Datum key_values[INDEX_MAX_KEYS];
         bool key_nulls[INDEX_MAX_KEYS];

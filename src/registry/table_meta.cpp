@@ -8,10 +8,23 @@ static Registry registry;
 static HTAB *table_cache = nullptr;
 static bool callback_registered = false;
 
+static bool in_outbox_table(const OutboxTable *table, Oid relid) {
+    if (relid == table->relid)
+        return true;
+    for (int i = 0; i < table->nremainders; i++)
+        if (table->by_remainder[i].relid == relid)
+            return true;
+    return false;
+}
+
+bool is_outbox_relation(const Registry *registry, Oid relid) {
+    return in_outbox_table(&registry->cell_outbox, relid) ||
+           in_outbox_table(&registry->control_outbox, relid);
+}
+
 static void invalidate_callback(Datum, Oid relid) {
     bool everything = relid == InvalidOid || relid == registry.registry_relid ||
-                      relid == registry.cells_relid || relid == registry.cell_outbox.relid ||
-                      relid == registry.control_outbox.relid;
+                      relid == registry.cells_relid || is_outbox_relation(&registry, relid);
     if (everything)
         registry.valid = false;
     if (table_cache == nullptr)
@@ -49,26 +62,23 @@ static Oid outbox_namespace() {
     return get_namespace_oid("outbox", false);
 }
 
-static void load_outbox_table(OutboxTable *table, const char *name, const char *sequence,
-                              int expected_natts) {
-    Oid nsp = outbox_namespace();
-    table->relid = get_relname_relid(name, nsp);
-    table->sequence = get_relname_relid(sequence, nsp);
-    if (!OidIsValid(table->relid) || !OidIsValid(table->sequence))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("pg_outbox storage outbox.%s is missing", name),
-                        errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
-                                "CREATE EXTENSION pg_outbox.")));
+static void storage_altered(const char *name, const char *detail) {
+    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                    errmsg("pg_outbox storage outbox.%s has been altered", name),
+                    errdetail("%s", detail),
+                    errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
+                            "CREATE EXTENSION pg_outbox.")));
+}
 
-    Relation rel = table_open(table->relid, AccessShareLock);
+static void load_partition(OutboxPartition *partition, Oid relid, const char *name,
+                           int expected_natts) {
+    Relation rel = table_open(relid, AccessShareLock);
     if (rel->rd_rel->relkind != RELKIND_RELATION || RelationGetDescr(rel)->natts != expected_natts)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("pg_outbox storage outbox.%s has been altered", name),
-                        errdetail("Capture writes a plain table of %d columns.", expected_natts)));
-    table->natts = expected_natts;
+        storage_altered(name, "Each partition must be a plain table of the outbox's columns.");
+    partition->relid = relid;
     List *index_oids = RelationGetIndexList(rel);
-    table->nindexes = list_length(index_oids);
-    table->indexes = (OutboxIndex *)palloc0(sizeof(OutboxIndex) * Max(table->nindexes, 1));
+    partition->nindexes = list_length(index_oids);
+    partition->indexes = (OutboxIndex *)palloc0(sizeof(OutboxIndex) * Max(partition->nindexes, 1));
     int i = 0;
     ListCell *lc;
     foreach (lc, index_oids) {
@@ -80,10 +90,47 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
                      errmsg("outbox.%s has an expression or partial index, %s", name,
                             RelationGetRelationName(index)),
                      errhint("Capture maintains plain column indexes only; drop that index.")));
-        table->indexes[i].oid = RelationGetRelid(index);
-        table->indexes[i].info = info;
+        partition->indexes[i].oid = RelationGetRelid(index);
+        partition->indexes[i].info = info;
         index_close(index, AccessShareLock);
         i++;
+    }
+    table_close(rel, AccessShareLock);
+}
+
+static void load_outbox_table(OutboxTable *table, const char *name, const char *sequence,
+                              int expected_natts) {
+    Oid nsp = outbox_namespace();
+    table->relid = get_relname_relid(name, nsp);
+    table->sequence = get_relname_relid(sequence, nsp);
+    if (!OidIsValid(table->relid) || !OidIsValid(table->sequence))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("pg_outbox storage outbox.%s is missing", name),
+                        errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
+                                "CREATE EXTENSION pg_outbox.")));
+    table->natts = expected_natts;
+
+    Relation rel = table_open(table->relid, AccessShareLock);
+    if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
+        storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
+    PartitionKey key = RelationGetPartitionKey(rel);
+    if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 ||
+        key->partattrs[0] != 3 || RelationGetDescr(rel)->natts != expected_natts)
+        storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
+    fmgr_info_copy(&table->hash_function, &key->partsupfunc[0], CurrentMemoryContext);
+    table->hash_collation = key->partcollation[0];
+
+    PartitionDesc desc = RelationGetPartitionDesc(rel, false);
+    PartitionBoundInfo bounds = desc->boundinfo;
+    if (bounds == nullptr)
+        storage_altered(name, "The outbox has no partitions.");
+    table->nremainders = bounds->nindexes;
+    table->by_remainder = (OutboxPartition *)palloc0(sizeof(OutboxPartition) * bounds->nindexes);
+    for (int r = 0; r < bounds->nindexes; r++) {
+        int index = bounds->indexes[r];
+        if (index < 0)
+            storage_altered(name, "A hash remainder of the outbox has no partition.");
+        load_partition(&table->by_remainder[r], desc->oids[index], name, expected_natts);
     }
     table_close(rel, AccessShareLock);
 }

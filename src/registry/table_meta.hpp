@@ -46,12 +46,22 @@ struct OutboxIndex {
     IndexInfo *info;
 };
 
-struct OutboxTable {
+struct OutboxPartition {
     Oid relid;
-    Oid sequence;
-    int natts;
     int nindexes;
     OutboxIndex *indexes;
+};
+
+// An outbox table is hash-partitioned on shard_identifier (the reasoning is in
+// pg_outbox--0.1.0.sql); capture routes each row to its partition itself.
+struct OutboxTable {
+    Oid relid; // the partitioned parent
+    Oid sequence;
+    int natts;
+    FmgrInfo hash_function; // the partition key's extended hash support function
+    Oid hash_collation;
+    int nremainders;                // the greatest modulus
+    OutboxPartition *by_remainder; // partition of each remainder
 };
 
 struct Registry {
@@ -66,6 +76,7 @@ struct Registry {
 };
 
 // Both return entries valid until the next call of either.
+bool is_outbox_relation(const Registry *registry, Oid relid);
 const Registry *registry_get();
 const TableMeta *table_meta_get(Relation rel);
 
