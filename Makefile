@@ -32,3 +32,9 @@ $(OBJS): $(HDRS)
 .PHONY: format
 format:
 	clang-format -i $(SRCS) $(HDRS) test/unit/*.cpp
+
+# clang-tidy over the sources, with the compile commands of the CMake build.
+.PHONY: lint
+lint:
+	cmake -S . -B build >/dev/null
+	clang-tidy -p build --quiet $(SRCS)

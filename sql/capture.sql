@@ -63,6 +63,17 @@ COPY members (id, organization_id, email, role) FROM stdin;
 SELECT * FROM rows;
 TRUNCATE outbox.cell_outbox;
 
+-- MERGE: each action is captured as the write it performs.
+CREATE TABLE merge_source (id bigint, organization_id bigint, email text);
+INSERT INTO merge_source VALUES (1, 100, 'a@x'), (40, 700, 'merged@x');
+MERGE INTO members m USING merge_source s ON m.id = s.id
+WHEN MATCHED THEN UPDATE SET role = 'merged'
+WHEN NOT MATCHED THEN INSERT (id, organization_id, email) VALUES (s.id, s.organization_id, s.email);
+MERGE INTO members m USING merge_source s ON m.id = s.id AND s.id = 40
+WHEN MATCHED THEN DELETE;
+SELECT * FROM rows;
+TRUNCATE outbox.cell_outbox;
+
 -- Rollbacks and rolled-back savepoints leave no row; released ones do.
 BEGIN;
 INSERT INTO members VALUES (30, 600, 'r1@x');
