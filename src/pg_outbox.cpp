@@ -20,6 +20,22 @@ static const struct config_enum_entry silo_mode_options[] = {
     {nullptr, 0, false},
 };
 
+int cursor_store = CURSOR_STORE_REDIS;
+char *redis_host = nullptr;
+int redis_port = 6379;
+char *redis_password = nullptr;
+int redis_db = 0;
+int redis_connect_timeout_ms = 1000;
+int redis_command_timeout_ms = 1000;
+char *redis_key_prefix = nullptr;
+int backfill_rate_per_minute = 10000;
+
+static const struct config_enum_entry cursor_store_options[] = {
+    {"redis", CURSOR_STORE_REDIS, false},
+    {"table", CURSOR_STORE_TABLE, false},
+    {nullptr, 0, false},
+};
+
 const char *silo_mode_name(int mode) {
     return silo_mode_options[mode].name;
 }
@@ -32,6 +48,40 @@ void _PG_init(void) {
         "Writes to registered tables of the other silo are refused; monolith allows all.",
         &pgoutbox::silo_mode, pgoutbox::SILO_MODE_MONOLITH, pgoutbox::silo_mode_options, PGC_SIGHUP,
         0, nullptr, nullptr, nullptr);
+
+    using namespace pgoutbox;
+    // Where backfill cursors live, and who may move them: whoever can write
+    // the store can move a cursor past rows, so these are superuser settings.
+    DefineCustomEnumVariable("outbox.cursor_store",
+                             "Where backfill cursors are kept: redis or table.",
+                             "table keeps them in outbox.cursors, under PostgreSQL's access "
+                             "control and in the batch's own transaction.",
+                             &cursor_store, CURSOR_STORE_REDIS, cursor_store_options, PGC_SUSET, 0,
+                             nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("outbox.redis_host", "Redis host holding backfill cursors.", nullptr,
+                               &redis_host, "127.0.0.1", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.redis_port", "Redis port.", nullptr, &redis_port, 6379, 1,
+                            65535, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("outbox.redis_password", "Redis password (AUTH); empty for none.",
+                               "Readable by superusers only; never logged by pg_outbox.",
+                               &redis_password, "", PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
+                               nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.redis_db", "Redis database number (SELECT).", nullptr,
+                            &redis_db, 0, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.redis_connect_timeout_ms", "Bound on connecting to Redis.",
+                            nullptr, &redis_connect_timeout_ms, 1000, 1, 600000, PGC_SUSET,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.redis_command_timeout_ms", "Bound on each Redis command.",
+                            nullptr, &redis_command_timeout_ms, 1000, 1, 600000, PGC_SUSET,
+                            GUC_UNIT_MS, nullptr, nullptr, nullptr);
+    DefineCustomStringVariable("outbox.redis_key_prefix",
+                               "Prefix of every Redis key pg_outbox uses.",
+                               "Cursor keys are <prefix>outbox_backfill.<table_key>.",
+                               &redis_key_prefix, "", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.backfill_rate_per_minute",
+                            "Rows the background worker backfills per minute, at most.", nullptr,
+                            &backfill_rate_per_minute, 10000, 1, INT_MAX, PGC_SIGHUP, 0, nullptr,
+                            nullptr, nullptr);
 
     MarkGUCPrefixReserved("outbox");
 }

@@ -7,6 +7,18 @@ enum SiloMode { SILO_MODE_MONOLITH = 0, SILO_MODE_CELL = 1, SILO_MODE_CONTROL = 
 
 extern int silo_mode; // outbox.silo_mode
 
+enum CursorStore { CURSOR_STORE_REDIS = 0, CURSOR_STORE_TABLE = 1 };
+extern int cursor_store; // outbox.cursor_store
+
+extern char *redis_host;
+extern int redis_port;
+extern char *redis_password;
+extern int redis_db;
+extern int redis_connect_timeout_ms;
+extern int redis_command_timeout_ms;
+extern char *redis_key_prefix;
+extern int backfill_rate_per_minute;
+
 const char *silo_mode_name(int mode);
 
 } // namespace pgoutbox

@@ -1,6 +1,7 @@
 # Throwaway PostgreSQL cluster and Redis server for tests, the demo and the
-# benchmarks.  Source it, then: cluster_start [extra postgresql.conf lines];
-# redis_start; ... ; cluster_stop (also run from the EXIT trap).
+# benchmarks.  Source it, then: redis_start; cluster_start [extra
+# postgresql.conf lines] (it points outbox.redis_port at that Redis); ... ;
+# cluster_stop (also run from the EXIT trap).
 #
 # Works as root (the cluster then runs as the unprivileged OS user
 # "postgres") or as a normal user.  Exports PGHOST, PGPORT, PGUSER,
@@ -35,6 +36,7 @@ shared_preload_libraries = 'pg_outbox'
 fsync = off
 max_connections = 40
 log_min_messages = warning
+${REDIS_PORT:+outbox.redis_port = $REDIS_PORT}
 $*
 CONF
     _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start \
@@ -43,8 +45,9 @@ CONF
 
 redis_start() {
     export REDIS_PORT=$(_free_port)
+    REDIS_LOG=$(mktemp /tmp/pg_outbox_redis.XXXXXX)
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
-        --daemonize no >"${CLUSTER_DIR:-/tmp}/redis.log" 2>&1 &
+        --daemonize no >"$REDIS_LOG" 2>&1 &
     REDIS_PID=$!
     for _ in $(seq 50); do
         redis-cli -p "$REDIS_PORT" ping >/dev/null 2>&1 && return 0
@@ -59,6 +62,7 @@ cluster_stop() {
         kill "$REDIS_PID" 2>/dev/null || true
         wait "$REDIS_PID" 2>/dev/null || true
         REDIS_PID=
+        rm -f "$REDIS_LOG"
     fi
     if [[ -n ${CLUSTER_DIR:-} && -d $CLUSTER_DIR ]]; then
         _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate stop >/dev/null 2>&1 || true

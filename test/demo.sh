@@ -8,8 +8,8 @@ source "$root/test/cluster.sh"
 trap cluster_stop EXIT
 echo "== building and installing pg_outbox"
 install_extension "$root"
-cluster_start
 redis_start
+cluster_start
 echo "== PostgreSQL on port $PGPORT, Redis on port $REDIS_PORT"
 psql -X -v ON_ERROR_STOP=1 -e <<'SQL'
 CREATE EXTENSION pg_outbox;

@@ -63,11 +63,11 @@ static Oid outbox_namespace() {
 }
 
 static void storage_altered(const char *name, const char *detail) {
-    ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                    errmsg("pg_outbox storage outbox.%s has been altered", name),
-                    errdetail("%s", detail),
-                    errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
-                            "CREATE EXTENSION pg_outbox.")));
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("pg_outbox storage outbox.%s has been altered", name), errdetail("%s", detail),
+             errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
+                     "CREATE EXTENSION pg_outbox.")));
 }
 
 static void load_partition(OutboxPartition *partition, Oid relid, const char *name,
@@ -114,8 +114,8 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
     if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
         storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
     PartitionKey key = RelationGetPartitionKey(rel);
-    if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 ||
-        key->partattrs[0] != 3 || RelationGetDescr(rel)->natts != expected_natts)
+    if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 || key->partattrs[0] != 3 ||
+        RelationGetDescr(rel)->natts != expected_natts)
         storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
     fmgr_info_copy(&table->hash_function, &key->partsupfunc[0], CurrentMemoryContext);
     table->hash_collation = key->partcollation[0];

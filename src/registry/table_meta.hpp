@@ -60,7 +60,7 @@ struct OutboxTable {
     int natts;
     FmgrInfo hash_function; // the partition key's extended hash support function
     Oid hash_collation;
-    int nremainders;                // the greatest modulus
+    int nremainders;               // the greatest modulus
     OutboxPartition *by_remainder; // partition of each remainder
 };
 

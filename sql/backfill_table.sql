@@ -1,0 +1,11 @@
+-- Backfill with outbox.cursor_store = table.
+SET client_min_messages = warning;
+DROP EXTENSION pg_outbox CASCADE;
+RESET client_min_messages;
+CREATE EXTENSION pg_outbox;
+SET outbox.cursor_store = 'table';
+-- A fresh key namespace in Redis for this run, and a schema for its tables.
+SELECT set_config('outbox.redis_key_prefix', 'regress:' || txid_current() || ':', false) <> '' AS prefixed;
+CREATE SCHEMA backfill_table;
+SET search_path = backfill_table, public;
+\i test/sql/backfill_scenarios.sql

@@ -1,0 +1,24 @@
+// Backfill cursors, kept in Redis (outbox.cursor_store = redis, Sentry's
+// key outbox_backfill.<table_key>) or in outbox.cursors (= table).
+//
+// The cursor moves only when the batch commits.  In Redis that means after
+// the commit: writes are kept per transaction (and per subtransaction, so a
+// rolled-back savepoint takes its writes with it), later reads in the same
+// transaction see them, and they are sent once the transaction has
+// committed.  A Redis failure then is a WARNING, and the batch is simply done
+// again later: a row may be written twice, never skipped.  In the table the
+// write is part of the transaction itself.
+#pragma once
+
+#include "cursor/cursor_value.hpp"
+
+namespace pgoutbox {
+
+// The cursor of table_key; a missing one is created as [0, 1] (at commit).
+// ERROR (naming the key and showing the value) when the stored value is not
+// a cursor; it is never reset silently.
+Cursor cursor_read(const char *table_key);
+
+void cursor_write(const char *table_key, const Cursor &cursor);
+
+} // namespace pgoutbox

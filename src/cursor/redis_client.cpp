@@ -1,0 +1,236 @@
+#include "cursor/redis_client.hpp"
+
+#include "settings.hpp"
+
+extern "C" {
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "utils/wait_event.h"
+}
+
+#include <hiredis/hiredis.h>
+#include <sys/socket.h>
+
+namespace pgoutbox::redis {
+
+namespace {
+
+redisContext *connection = nullptr;
+// Set while a command is in flight: still set at the next call means an
+// interrupt (cancel, timeout) left the protocol state unknown.
+bool in_flight = false;
+char connected_to[256] = ""; // host:port/db of the live connection
+LocalTransactionId checked_in = InvalidLocalTransactionId;
+
+void drop_connection() {
+    if (connection != nullptr)
+        redisFree(connection);
+    connection = nullptr;
+    in_flight = false;
+}
+
+void fail(Error *error, const char *fmt, const char *detail) {
+    snprintf(error->message, sizeof error->message, fmt, redis_host, redis_port, detail);
+    drop_connection();
+}
+
+// Waits for the socket, or fails at the deadline; an interrupt ends it.
+bool wait_for(int events, TimestampTz deadline, int timeout_ms, const char *what, Error *error) {
+    for (;;) {
+        long remaining = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
+        if (remaining <= 0) {
+            char detail[128];
+            snprintf(detail, sizeof detail, "no answer within %d ms (%s)", timeout_ms, what);
+            fail(error, "Redis at %s:%d: %s", detail);
+            return false;
+        }
+        int rc =
+            WaitLatchOrSocket(MyLatch, events | WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                              connection->fd, remaining, PG_WAIT_EXTENSION);
+        if (rc & WL_LATCH_SET) {
+            ResetLatch(MyLatch);
+            CHECK_FOR_INTERRUPTS();
+        }
+        if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
+            return true;
+    }
+}
+
+bool command(redisReply **reply_out, Error *error, int argc, const char **argv) {
+    size_t lengths[4];
+    for (int i = 0; i < argc; i++)
+        lengths[i] = strlen(argv[i]);
+    if (redisAppendCommandArgv(connection, argc, argv, lengths) != REDIS_OK) {
+        fail(error, "Redis at %s:%d: %s", connection->errstr);
+        return false;
+    }
+    TimestampTz deadline =
+        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), redis_command_timeout_ms);
+    in_flight = true;
+    int done = 0;
+    while (!done) {
+        if (redisBufferWrite(connection, &done) != REDIS_OK) {
+            fail(error, "Redis at %s:%d: %s", connection->errstr);
+            return false;
+        }
+        if (!done && !wait_for(WL_SOCKET_WRITEABLE, deadline, redis_command_timeout_ms,
+                               "outbox.redis_command_timeout_ms", error))
+            return false;
+    }
+    void *reply = nullptr;
+    for (;;) {
+        if (redisGetReplyFromReader(connection, &reply) != REDIS_OK) {
+            fail(error, "Redis at %s:%d: %s", connection->errstr);
+            return false;
+        }
+        if (reply != nullptr)
+            break;
+        if (!wait_for(WL_SOCKET_READABLE, deadline, redis_command_timeout_ms,
+                      "outbox.redis_command_timeout_ms", error))
+            return false;
+        if (redisBufferRead(connection) != REDIS_OK) {
+            fail(error, "Redis at %s:%d: %s", connection->errstr);
+            return false;
+        }
+    }
+    in_flight = false;
+    auto *r = (redisReply *)reply;
+    if (r->type == REDIS_REPLY_ERROR) {
+        char detail[400];
+        strlcpy(detail, r->str, sizeof detail);
+        freeReplyObject(r);
+        // The connection is fine; Redis refused the command.
+        snprintf(error->message, sizeof error->message, "Redis at %s:%d: %s", redis_host,
+                 redis_port, detail);
+        return false;
+    }
+    *reply_out = r;
+    return true;
+}
+
+bool simple_command(Error *error, int argc, const char **argv) {
+    redisReply *reply;
+    if (!command(&reply, error, argc, argv))
+        return false;
+    freeReplyObject(reply);
+    return true;
+}
+
+bool connect(Error *error) {
+    connection = redisConnectNonBlock(redis_host, redis_port);
+    if (connection == nullptr) {
+        fail(error, "could not connect to Redis at %s:%d: %s", "out of memory");
+        return false;
+    }
+    if (connection->err) {
+        fail(error, "could not connect to Redis at %s:%d: %s", connection->errstr);
+        return false;
+    }
+    TimestampTz deadline =
+        TimestampTzPlusMilliseconds(GetCurrentTimestamp(), redis_connect_timeout_ms);
+    in_flight = true;
+    if (!wait_for(WL_SOCKET_WRITEABLE, deadline, redis_connect_timeout_ms,
+                  "outbox.redis_connect_timeout_ms", error))
+        return false;
+    int socket_error = 0;
+    socklen_t length = sizeof socket_error;
+    if (getsockopt(connection->fd, SOL_SOCKET, SO_ERROR, &socket_error, &length) != 0 ||
+        socket_error != 0) {
+        fail(error, "could not connect to Redis at %s:%d: %s", strerror(socket_error));
+        return false;
+    }
+    in_flight = false;
+    if (redis_password != nullptr && redis_password[0] != '\0') {
+        const char *auth[] = {"AUTH", redis_password};
+        if (!simple_command(error, 2, auth)) {
+            drop_connection();
+            return false;
+        }
+    }
+    if (redis_db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", redis_db);
+        const char *select[] = {"SELECT", db};
+        if (!simple_command(error, 2, select)) {
+            drop_connection();
+            return false;
+        }
+    }
+    return true;
+}
+
+// A usable connection to the configured server, checked once per transaction.
+bool ensure_connection(Error *error) {
+    char target[256];
+    snprintf(target, sizeof target, "%s:%d/%d/%s", redis_host, redis_port, redis_db,
+             redis_password != nullptr && redis_password[0] != '\0' ? "auth" : "");
+    if (connection != nullptr && (in_flight || strcmp(target, connected_to) != 0))
+        drop_connection();
+    if (connection == nullptr) {
+        if (!connect(error))
+            return false;
+        strlcpy(connected_to, target, sizeof connected_to);
+        checked_in = MyProc->lxid;
+        return true;
+    }
+    if (checked_in != MyProc->lxid) {
+        const char *ping[] = {"PING"};
+        if (!simple_command(error, 1, ping)) {
+            // One reconnect: the server may have restarted since.
+            if (!connect(error))
+                return false;
+            strlcpy(connected_to, target, sizeof connected_to);
+        }
+        checked_in = MyProc->lxid;
+    }
+    return true;
+}
+
+} // namespace
+
+bool get(const char *key, char **value, Error *error) {
+    if (!ensure_connection(error))
+        return false;
+    const char *argv[] = {"GET", key};
+    redisReply *reply;
+    if (!command(&reply, error, 2, argv))
+        return false;
+    bool ok = true;
+    if (reply->type == REDIS_REPLY_NIL) {
+        *value = nullptr;
+    } else if (reply->type == REDIS_REPLY_STRING) {
+        *value = pnstrdup(reply->str, reply->len);
+    } else {
+        snprintf(error->message, sizeof error->message,
+                 "Redis at %s:%d: unexpected reply type %d to GET", redis_host, redis_port,
+                 reply->type);
+        ok = false;
+    }
+    freeReplyObject(reply);
+    return ok;
+}
+
+bool set(const char *key, const char *value, Error *error) {
+    if (!ensure_connection(error))
+        return false;
+    const char *argv[] = {"SET", key, value};
+    return simple_command(error, 3, argv);
+}
+
+char *get_or_error(const char *key) {
+    Error error;
+    char *value;
+    if (!get(key, &value, &error))
+        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("%s", error.message),
+                        errdetail("Reading backfill cursor \"%s\".", key)));
+    return value;
+}
+
+void set_or_error(const char *key, const char *value) {
+    Error error;
+    if (!set(key, value, &error))
+        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("%s", error.message),
+                        errdetail("Writing backfill cursor \"%s\".", key)));
+}
+
+} // namespace pgoutbox::redis

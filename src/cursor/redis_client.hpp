@@ -1,0 +1,36 @@
+// A Redis connection inside a backend (hiredis), one per backend, reused.
+//
+// Every wait is bounded (outbox.redis_connect_timeout_ms for the connect,
+// outbox.redis_command_timeout_ms for each command) and interruptible: the
+// socket is non-blocking and waited on with WaitLatchOrSocket, so a query
+// cancel, statement_timeout or termination ends a call stuck on a hung
+// Redis.  A connection interrupted mid-command, or that failed, is dropped
+// and made anew on next use; on first use in each transaction it is checked
+// with PING.
+//
+// These functions report failure through their return value and an error
+// buffer, never with ereport (apart from CHECK_FOR_INTERRUPTS), so the
+// post-commit path can turn a failure into a WARNING.  Messages name
+// host:port and carry Redis's own text; never the password.
+#pragma once
+
+#include "pg/postgres.hpp"
+
+namespace pgoutbox::redis {
+
+struct Error {
+    char message[512];
+};
+
+// GET key: true on success; *value is NULL for a missing key, else a palloc'd
+// copy in the current memory context.
+bool get(const char *key, char **value, Error *error);
+
+// SET key value.
+bool set(const char *key, const char *value, Error *error);
+
+// As above, but raise the failure as an ERROR.
+char *get_or_error(const char *key);
+void set_or_error(const char *key, const char *value);
+
+} // namespace pgoutbox::redis

@@ -1,0 +1,69 @@
+#include "backfill/batch_plan.hpp"
+#include "cursor/cursor_value.hpp"
+
+#include <gtest/gtest.h>
+
+using namespace pgoutbox;
+
+TEST(CursorValue, FormatsLikePythonJsonDumps) {
+    EXPECT_EQ(format_cursor({0, 1}), "[0, 1]");
+    EXPECT_EQ(format_cursor({1234567890123, 7}), "[1234567890123, 7]");
+}
+
+TEST(CursorValue, ParsesWhatSentryAndPgOutboxWrite) {
+    EXPECT_EQ(parse_cursor("[0, 1]"), (Cursor{0, 1}));
+    EXPECT_EQ(parse_cursor("[17,3]"), (Cursor{17, 3}));
+    EXPECT_EQ(parse_cursor(" [ 9223372036854775807 ,\n2147483647 ] "),
+              (Cursor{INT64_MAX, INT32_MAX}));
+    EXPECT_EQ(parse_cursor("[-5, 0]"), (Cursor{-5, 0}));
+    auto round_trip = parse_cursor(format_cursor({42, 10001}));
+    EXPECT_EQ(round_trip, (Cursor{42, 10001}));
+}
+
+TEST(CursorValue, RejectsAnythingElse) {
+    for (const char *bad : {"", "[]", "[1]", "[1, 2, 3]", "[1, 2", "1, 2", "{\"a\": 1}", "[1.5, 2]",
+                            "[1, 2e3]", "[\"1\", 2]", "[01, 2]", "[1, 2] x", "[1, 2147483648]",
+                            "[99999999999999999999, 1]", "null", "[-, 1]", "[1, true]"})
+        EXPECT_FALSE(parse_cursor(bad).has_value()) << bad;
+}
+
+TEST(BatchPlan, VersionPastTargetMeansNothingToDo) {
+    EXPECT_FALSE(batch_start({0, 4}, 3).has_value());  // complete at coded + 1
+    EXPECT_FALSE(batch_start({10, 2}, 0).has_value()); // gate closed again
+}
+
+TEST(BatchPlan, NewerVersionResetsCursor) {
+    EXPECT_EQ(batch_start({500, 1}, 2), (Cursor{0, 2}));
+    EXPECT_EQ(batch_start({500, 2}, 2), (Cursor{500, 2}));
+}
+
+TEST(BatchPlan, LowerNeverBelowSmallestId) {
+    EXPECT_EQ(clamp_lower(0, 100), 100);
+    EXPECT_EQ(clamp_lower(150, 100), 150);
+    EXPECT_EQ(clamp_lower(0, std::nullopt), 0);
+    EXPECT_EQ(clamp_lower(5, std::nullopt), 5);
+}
+
+TEST(BatchPlan, AdvancingBatch) {
+    BatchPlan plan = finish_plan(10, 2, 20, 2);
+    EXPECT_TRUE(plan.has_more);
+    EXPECT_EQ(plan.count, 11);
+    EXPECT_EQ(plan.next, (Cursor{21, 2}));
+}
+
+TEST(BatchPlan, LastBatchCompletesAtCodedPlusOne) {
+    BatchPlan one_row_left = finish_plan(30, 2, 30, 5);
+    EXPECT_FALSE(one_row_left.has_more);
+    EXPECT_EQ(one_row_left.count, 1);
+    EXPECT_EQ(one_row_left.next, (Cursor{0, 6}));
+    BatchPlan nothing_left = finish_plan(31, 2, 0, 5);
+    EXPECT_FALSE(nothing_left.has_more);
+    EXPECT_EQ(nothing_left.count, 0);
+    EXPECT_EQ(nothing_left.next, (Cursor{0, 6}));
+}
+
+TEST(BatchPlan, Budget) {
+    EXPECT_EQ(backfill_budget(10000, 0), 10000);
+    EXPECT_EQ(backfill_budget(10000, 9000), 1000);
+    EXPECT_EQ(backfill_budget(100, 250), -150);
+}
