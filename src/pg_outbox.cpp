@@ -24,6 +24,7 @@ int cursor_store = CURSOR_STORE_REDIS;
 char *redis_host = nullptr;
 int redis_port = 6379;
 char *redis_password = nullptr;
+char *redis_password_file = nullptr;
 int redis_db = 0;
 int redis_connect_timeout_ms = 1000;
 int redis_command_timeout_ms = 1000;
@@ -66,6 +67,13 @@ void _PG_init(void) {
                                "Readable by superusers only; never logged by pg_outbox.",
                                &redis_password, "", PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
                                nullptr, nullptr, nullptr);
+    // PostgreSQL logs "parameter ... changed to <value>" when a reload changes
+    // a setting from postgresql.conf, so a password kept there would reach
+    // the log: keep it in a file instead (or SET it in a superuser session).
+    DefineCustomStringVariable("outbox.redis_password_file",
+                               "File whose first line is the Redis password.",
+                               "Used when outbox.redis_password is empty.", &redis_password_file,
+                               "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.redis_db", "Redis database number (SELECT).", nullptr,
                             &redis_db, 0, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.redis_connect_timeout_ms", "Bound on connecting to Redis.",

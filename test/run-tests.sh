@@ -74,17 +74,19 @@ fi
 count "$tap_ok" "$tap_bad" "pgTAP"
 cluster_stop
 
-# 4. Integration scripts: each makes its own cluster and exits non-zero on
-# failure.
+# 4. Integration scripts: each makes its own cluster, prints "ok - ..." /
+# "not ok - ..." per check and exits non-zero on failure.
 for script in "$root"/test/integration/*.sh; do
     [[ -e $script ]] || continue
     name=$(basename "$script" .sh)
-    if bash "$script" >"$regress_out/$name.log" 2>&1; then
-        count 1 0 "integration $name"
-    else
-        tail -n 40 "$regress_out/$name.log"
-        count 0 1 "integration $name"
-    fi
+    bash "$script" >"$regress_out/$name.log" 2>&1
+    rc=$?
+    ok=$(grep -cE '^ok ' "$regress_out/$name.log")
+    bad=$(grep -cE '^not ok ' "$regress_out/$name.log")
+    ((rc != 0 && bad == 0)) && bad=1
+    ((rc == 0 && ok == 0)) && ok=1
+    ((bad > 0)) && tail -n 40 "$regress_out/$name.log"
+    count "$ok" "$bad" "integration $name"
 done
 
 rm -rf "$regress_out"

@@ -3,6 +3,8 @@
 #include "settings.hpp"
 
 extern "C" {
+#include "common/hashfn.h"
+#include "storage/fd.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
 #include "utils/wait_event.h"
@@ -116,7 +118,34 @@ bool simple_command(Error *error, int argc, const char **argv) {
     return true;
 }
 
+// The password: outbox.redis_password, else the first line of
+// outbox.redis_password_file, else none.  Never put into a message.
+bool password(char *buffer, size_t size, Error *error) {
+    buffer[0] = '\0';
+    if (redis_password != nullptr && redis_password[0] != '\0') {
+        strlcpy(buffer, redis_password, size);
+        return true;
+    }
+    if (redis_password_file == nullptr || redis_password_file[0] == '\0')
+        return true;
+    FILE *file = AllocateFile(redis_password_file, "r");
+    if (file == nullptr) {
+        snprintf(error->message, sizeof error->message,
+                 "could not open outbox.redis_password_file \"%s\": %s", redis_password_file,
+                 strerror(errno));
+        return false;
+    }
+    if (fgets(buffer, (int)size, file) == nullptr)
+        buffer[0] = '\0';
+    FreeFile(file);
+    buffer[strcspn(buffer, "\r\n")] = '\0';
+    return true;
+}
+
 bool connect(Error *error) {
+    char secret[256];
+    if (!password(secret, sizeof secret, error))
+        return false;
     connection = redisConnectNonBlock(redis_host, redis_port);
     if (connection == nullptr) {
         fail(error, "could not connect to Redis at %s:%d: %s", "out of memory");
@@ -140,9 +169,11 @@ bool connect(Error *error) {
         return false;
     }
     in_flight = false;
-    if (redis_password != nullptr && redis_password[0] != '\0') {
-        const char *auth[] = {"AUTH", redis_password};
-        if (!simple_command(error, 2, auth)) {
+    if (secret[0] != '\0') {
+        const char *auth[] = {"AUTH", secret};
+        bool ok = simple_command(error, 2, auth);
+        explicit_bzero(secret, sizeof secret);
+        if (!ok) {
             drop_connection();
             return false;
         }
@@ -162,8 +193,12 @@ bool connect(Error *error) {
 // A usable connection to the configured server, checked once per transaction.
 bool ensure_connection(Error *error) {
     char target[256];
-    snprintf(target, sizeof target, "%s:%d/%d/%s", redis_host, redis_port, redis_db,
-             redis_password != nullptr && redis_password[0] != '\0' ? "auth" : "");
+    // A changed password takes effect on the next connection.
+    snprintf(target, sizeof target, "%s:%d/%d/%u/%s", redis_host, redis_port, redis_db,
+             redis_password
+                 ? hash_bytes((const unsigned char *)redis_password, (int)strlen(redis_password))
+                 : 0,
+             redis_password_file ? redis_password_file : "");
     if (connection != nullptr && (in_flight || strcmp(target, connected_to) != 0))
         drop_connection();
     if (connection == nullptr) {
