@@ -37,7 +37,7 @@ fsync = off
 max_connections = 40
 log_min_messages = warning
 ${REDIS_PORT:+outbox.redis_port = $REDIS_PORT}
-$*
+$(printf '%s\n' "$@")
 CONF
     _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start \
         >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }

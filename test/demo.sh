@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The newcomer's demo: builds and installs pg_outbox, starts a throwaway
 # PostgreSQL (preloading pg_outbox) and Redis, registers a table, writes to
-# it and shows the outbox rows capture wrote; then stops everything.
+# it and shows the outbox rows capture wrote, then opens a version gate and
+# backfills the existing rows with the cursor in Redis; then stops
+# everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/test/cluster.sh"
@@ -37,10 +39,21 @@ SELECT id, shard_scope, shard_identifier, category, object_identifier, payload
 -- Shard depth: what the drain will see.
 SELECT shard_identifier, count(*) AS depth FROM outbox.cell_outbox
  GROUP BY 1 ORDER BY 2 DESC;
--- The version gate: code first (coded version 2), then open the gate.
+-- A backfill: existing rows get outbox rows too.  Code first (coded
+-- version 2): nothing runs while the gate (an option) is closed.
+TRUNCATE outbox.cell_outbox;
 SELECT outbox.set_replication_version('organization_member', 2);
 SELECT outbox.find_replication_version('organization_member') AS effective_before_gate;
+SELECT outbox.backfill_outboxes_for('cell') AS backfilled_while_closed;
+-- Open the gate; batches walk the table by id, the cursor lives in Redis.
 SELECT outbox.set_option('outbox_replication.organization_member.replication_version', '2');
 SELECT outbox.find_replication_version('organization_member') AS effective_after_gate;
+SELECT * FROM outbox.process_backfill_batch('organization_member', 2);
+SELECT * FROM outbox.get_processing_state('organization_member');
+-- What the worker does each cycle, until there is nothing left:
+DO $$ BEGIN WHILE outbox.backfill_outboxes_for('cell') LOOP END LOOP; END $$;
+SELECT * FROM outbox.get_processing_state('organization_member');   -- complete: (0, coded + 1)
+SELECT object_identifier, payload FROM outbox.cell_outbox ORDER BY id;
 SQL
+echo "== the cursor in Redis: $(redis-cli -p "$REDIS_PORT" GET outbox_backfill.organization_member)"
 echo "== done; the throwaway server and Redis are stopped"
