@@ -168,7 +168,8 @@ DO $$
 DECLARE
     f regprocedure;
 BEGIN
-    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace LOOP
+    FOR f IN SELECT p.oid FROM pg_proc p
+               WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname <> '_in_logical_apply' LOOP
         EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
 END

@@ -133,8 +133,12 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.control_outbox_id_seq', '');
 ------------------------------------------------------------------------------
 -- C++ internals
 ------------------------------------------------------------------------------
+CREATE FUNCTION outbox.capture_statement() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'capture_statement';
 CREATE FUNCTION outbox.capture_row() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'capture_row';
+CREATE FUNCTION outbox._in_logical_apply() RETURNS boolean
+    LANGUAGE c STABLE PARALLEL SAFE AS 'MODULE_PATHNAME', 'in_logical_apply';
 CREATE FUNCTION outbox.capture_truncate() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'capture_truncate';
 CREATE FUNCTION outbox._invalidate_cache() RETURNS void
@@ -426,23 +430,43 @@ AS $$
      WHERE a.relid <> rel
 $$;
 
--- BEFORE TRUNCATE triggers on every leaf of tbl's partition tree (tbl itself
--- when it is a plain table).  Statement triggers are not cloned to
--- partitions, and a partition can be truncated on its own.
-CREATE FUNCTION outbox._install_truncate_triggers(tbl regclass) RETURNS void
+-- Capture triggers on every relation of tbl's partition tree (tbl itself when
+-- it is a plain table): statement triggers are not inherited, and a
+-- statement on a partition fires only that partition's.  TRUNCATE triggers
+-- go on the leaves, which hold the rows.  The row trigger for logical
+-- replication's apply worker goes on tbl and PostgreSQL clones it.
+CREATE FUNCTION outbox._install_capture_triggers(tbl regclass) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    leaf regclass;
+    node record;
+    trigger_sql text;
+    trigger_name text;
 BEGIN
-    FOR leaf IN SELECT t.relid FROM outbox._partition_tree(tbl) t WHERE t.isleaf LOOP
-        -- Checked per leaf: the DDL event trigger may have installed it meanwhile.
-        CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
-                               WHERE g.tgrelid = leaf AND g.tgname = 'outbox_capture_truncate');
-        EXECUTE format('CREATE TRIGGER outbox_capture_truncate BEFORE TRUNCATE ON %s '
-                       'FOR EACH STATEMENT EXECUTE FUNCTION outbox.capture_truncate()', leaf);
-        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_capture_truncate', leaf);
+    IF NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = tbl AND g.tgname = 'outbox_capture_apply') THEN
+        EXECUTE format('CREATE TRIGGER outbox_capture_apply AFTER INSERT OR UPDATE OR DELETE ON %s '
+                       'FOR EACH ROW WHEN (outbox._in_logical_apply()) '
+                       'EXECUTE FUNCTION outbox.capture_row()', tbl);
+        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_capture_apply', tbl);
+    END IF;
+    FOR node IN SELECT t.relid, t.isleaf FROM outbox._partition_tree(tbl) t LOOP
+        FOR trigger_name, trigger_sql IN VALUES
+            ('outbox_capture_insert', 'AFTER INSERT ON %s REFERENCING NEW TABLE AS outbox_new'),
+            ('outbox_capture_update', 'AFTER UPDATE ON %s REFERENCING OLD TABLE AS outbox_old NEW TABLE AS outbox_new'),
+            ('outbox_capture_delete', 'AFTER DELETE ON %s REFERENCING OLD TABLE AS outbox_old'),
+            ('outbox_capture_truncate', 'BEFORE TRUNCATE ON %s')
+        LOOP
+            CONTINUE WHEN trigger_name = 'outbox_capture_truncate' AND NOT node.isleaf;
+            -- Checked per trigger: the DDL event trigger may have made it meanwhile.
+            CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
+                                   WHERE g.tgrelid = node.relid AND g.tgname = trigger_name);
+            EXECUTE format('CREATE TRIGGER %I ' || trigger_sql || ' FOR EACH STATEMENT '
+                           'EXECUTE FUNCTION outbox.%s()', trigger_name, node.relid,
+                           CASE trigger_name WHEN 'outbox_capture_truncate' THEN 'capture_truncate'
+                                ELSE 'capture_statement' END);
+            EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', node.relid, trigger_name);
+        END LOOP;
     END LOOP;
 END
 $$;
@@ -521,10 +545,7 @@ BEGIN
     VALUES (table_key, tbl, silo, category_id, shard_column, cell_column, payload_columns,
             replication_version);
 
-    EXECUTE format('CREATE TRIGGER outbox_capture AFTER INSERT OR UPDATE OR DELETE ON %s '
-                   'FOR EACH ROW EXECUTE FUNCTION outbox.capture_row()', tbl);
-    EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_capture', tbl);
-    PERFORM outbox._install_truncate_triggers(tbl);
+    PERFORM outbox._install_capture_triggers(tbl);
     PERFORM outbox._invalidate_cache();
 END
 $$;
@@ -552,14 +573,15 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    leaf regclass;
+    capture record;
 BEGIN
     PERFORM outbox._registered(tbl);
     -- The registry row goes first: the DDL guard then lets the triggers go.
     DELETE FROM outbox.registered_tables r WHERE r.relid = tbl;
-    EXECUTE format('DROP TRIGGER IF EXISTS outbox_capture ON %s', tbl);
-    FOR leaf IN SELECT t.relid FROM outbox._partition_tree(tbl) t LOOP
-        EXECUTE format('DROP TRIGGER IF EXISTS outbox_capture_truncate ON %s', leaf);
+    FOR capture IN SELECT g.tgrelid::regclass AS rel, g.tgname
+               FROM outbox._partition_tree(tbl) t JOIN pg_trigger g ON g.tgrelid = t.relid
+              WHERE g.tgname LIKE 'outbox\_capture\_%' AND g.tgparentid = 0 LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', capture.tgname, capture.rel);
     END LOOP;
     PERFORM outbox._invalidate_cache();
 END
@@ -641,15 +663,14 @@ BEGIN
         END;
         IF EXISTS (SELECT FROM outbox._partition_tree(r.relid) p
                      JOIN pg_trigger g ON g.tgrelid = p.relid
-                    WHERE g.tgname IN ('outbox_capture', 'outbox_capture_truncate')
-                      AND g.tgenabled IN ('D', 'R'))
+                    WHERE g.tgname LIKE 'outbox\_capture\_%' AND g.tgenabled IN ('D', 'R'))
         THEN
             RAISE EXCEPTION 'the capture triggers of % cannot be disabled', r.relid
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       HINT = 'Unregister the table with outbox.unregister_table() instead.';
         END IF;
         IF r.adds_partition THEN
-            PERFORM outbox._install_truncate_triggers(r.relid);
+            PERFORM outbox._install_capture_triggers(r.relid);
         END IF;
     END LOOP;
 END
@@ -667,7 +688,7 @@ BEGIN
     SELECT d.object_identity INTO dropped_table
       FROM pg_event_trigger_dropped_objects() d
      WHERE d.object_type = 'trigger'
-       AND d.address_names[3] IN ('outbox_capture', 'outbox_capture_truncate')
+       AND d.address_names[3] LIKE 'outbox\_capture\_%'
        AND EXISTS (
             SELECT FROM pg_class c
               CROSS JOIN LATERAL outbox._self_and_ancestors(c.oid) a
@@ -825,3 +846,5 @@ BEGIN
     END LOOP;
 END
 $$;
+-- The capture row trigger's WHEN condition runs as whoever writes the table.
+GRANT EXECUTE ON FUNCTION outbox._in_logical_apply() TO PUBLIC;

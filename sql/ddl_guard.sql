@@ -9,11 +9,13 @@ SELECT outbox.register_category('C', 'S', 0);
 CREATE TABLE guarded (id int PRIMARY KEY, org int NOT NULL, label text, other text);
 SELECT outbox.register_table('guarded', 'C', shard_column => 'org', payload_columns => '{label}');
 
-ALTER TABLE guarded DISABLE TRIGGER outbox_capture;
+ALTER TABLE guarded DISABLE TRIGGER outbox_capture_insert;
 ALTER TABLE guarded DISABLE TRIGGER ALL;
-ALTER TABLE guarded ENABLE REPLICA TRIGGER outbox_capture;
-DROP TRIGGER outbox_capture ON guarded;
+ALTER TABLE guarded ENABLE REPLICA TRIGGER outbox_capture_update;
+ALTER TABLE guarded DISABLE TRIGGER outbox_capture_apply;
+DROP TRIGGER outbox_capture_delete ON guarded;
 DROP TRIGGER outbox_capture_truncate ON guarded;
+DROP TRIGGER outbox_capture_apply ON guarded;
 ALTER TABLE guarded RENAME COLUMN org TO organization;
 ALTER TABLE guarded DROP COLUMN label;
 ALTER TABLE guarded ALTER COLUMN org TYPE text;

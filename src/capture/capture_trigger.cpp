@@ -1,10 +1,18 @@
-// Capture: the trigger functions that register_table installs.
+// Capture: the trigger functions that register_table installs, on the
+// registered table and on every partition below it (statement triggers are
+// not inherited, and a statement on a partition fires only its own):
 //
-//   outbox.capture_row()       AFTER INSERT OR UPDATE OR DELETE, FOR EACH ROW
-//   outbox.capture_truncate()  BEFORE TRUNCATE, FOR EACH STATEMENT, on every
-//                              leaf relation of the registered table
+//   outbox.capture_statement()  AFTER INSERT / UPDATE / DELETE FOR EACH
+//                               STATEMENT, with transition tables: one
+//                               trigger call per statement, all its outbox
+//                               rows written with multi-inserts
+//   outbox.capture_truncate()   BEFORE TRUNCATE FOR EACH STATEMENT
+//   outbox.capture_row()        AFTER INSERT OR UPDATE OR DELETE FOR EACH ROW
+//                               WHEN (outbox._in_logical_apply()): logical
+//                               replication's apply worker fires row
+//                               triggers only, never statement triggers
 //
-// Both are ENABLE ALWAYS, so session_replication_role cannot switch them off.
+// All are ENABLE ALWAYS, so session_replication_role cannot switch them off.
 // An UPDATE writes the row for the new key; when the shard, the id or the
 // target cell changed, it also writes one for the old key (the object left
 // that shard), with the old row's payload, as a deletion would.
@@ -15,6 +23,12 @@
 #include "pg/guard.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
+
+extern "C" {
+#include "replication/logicalworker.h"
+#include "replication/worker_internal.h"
+#include "utils/tuplestore.h"
+}
 
 namespace pgoutbox {
 
@@ -103,7 +117,8 @@ Datum build_payload(const TableMeta *meta, TupleTableSlot *slot) {
 
 // Writes the outbox row(s) for one key: one for a cell table, one per target
 // cell for a control table.
-void write_rows(const Registry *registry, const TableMeta *meta, const RowKey &key, Datum payload) {
+void write_rows(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
+                const RowKey &key, Datum payload) {
     OutboxRow row;
     row.shard_scope = meta->scope;
     row.shard_identifier = key.shard_identifier;
@@ -112,12 +127,12 @@ void write_rows(const Registry *registry, const TableMeta *meta, const RowKey &k
     row.payload = payload;
     row.cell_name = nullptr;
     if (meta->silo == Silo::Cell) {
-        outbox_write(registry, Silo::Cell, &row);
+        outbox_writer_add(writer, Silo::Cell, &row);
         return;
     }
     if (key.cell != nullptr) {
         row.cell_name = key.cell;
-        outbox_write(registry, Silo::Control, &row);
+        outbox_writer_add(writer, Silo::Control, &row);
         return;
     }
     if (registry->ncells == 0)
@@ -128,12 +143,67 @@ void write_rows(const Registry *registry, const TableMeta *meta, const RowKey &k
                         errhint("Register the cells with outbox.register_cell(name).")));
     for (int i = 0; i < registry->ncells; i++) {
         row.cell_name = registry->cells[i];
-        outbox_write(registry, Silo::Control, &row);
+        outbox_writer_add(writer, Silo::Control, &row);
     }
 }
 
-void capture_slot(const Registry *registry, const TableMeta *meta, TupleTableSlot *slot) {
-    write_rows(registry, meta, row_key(meta, slot), build_payload(meta, slot));
+void capture_slot(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
+                  TupleTableSlot *slot) {
+    write_rows(writer, registry, meta, row_key(meta, slot), build_payload(meta, slot));
+}
+
+// Calls fn(slot) for every row of a transition table, resetting per_row
+// memory after each.
+template <typename Fn>
+void for_each_row(Tuplestorestate *rows, TupleTableSlot *slot, MemoryContext per_row, Fn fn) {
+    tuplestore_rescan(rows);
+    MemoryContext old = MemoryContextSwitchTo(per_row);
+    while (tuplestore_gettupleslot(rows, true, false, slot)) {
+        fn(slot);
+        MemoryContextReset(per_row);
+    }
+    MemoryContextSwitchTo(old);
+}
+
+// What an UPDATE's new row keeps of its key, by id (ids are unique).
+struct NewKey {
+    int64 object_identifier;
+    int64 shard_identifier;
+    char *cell;
+};
+
+// An UPDATE: rows for every new key, then for every old key that is no
+// longer there (the row moved to another shard or cell, or its id changed).
+// Transition tables do not pair old and new rows, so the new keys are
+// indexed by id, which the registration requires to be unique.
+void capture_update(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
+                    TriggerData *td, TupleTableSlot *slot, MemoryContext per_row) {
+    HASHCTL ctl;
+    memset(&ctl, 0, sizeof ctl);
+    ctl.keysize = sizeof(int64);
+    ctl.entrysize = sizeof(NewKey);
+    ctl.hcxt = CurrentMemoryContext;
+    HTAB *new_keys =
+        hash_create("pg_outbox update keys", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    MemoryContext keys_context = CurrentMemoryContext;
+    for_each_row(td->tg_newtable, slot, per_row, [&](TupleTableSlot *row) {
+        RowKey key = row_key(meta, row);
+        write_rows(writer, registry, meta, key, build_payload(meta, row));
+        auto *entry = (NewKey *)hash_search(new_keys, &key.object_identifier, HASH_ENTER, nullptr);
+        entry->shard_identifier = key.shard_identifier;
+        entry->cell = key.cell ? MemoryContextStrdup(keys_context, key.cell) : nullptr;
+    });
+    for_each_row(td->tg_oldtable, slot, per_row, [&](TupleTableSlot *row) {
+        RowKey key = row_key(meta, row);
+        auto *entry = (NewKey *)hash_search(new_keys, &key.object_identifier, HASH_FIND, nullptr);
+        bool unchanged =
+            entry != nullptr && entry->shard_identifier == key.shard_identifier &&
+            (entry->cell == nullptr ? key.cell == nullptr
+                                    : key.cell != nullptr && strcmp(entry->cell, key.cell) == 0);
+        if (!unchanged)
+            write_rows(writer, registry, meta, key, build_payload(meta, row));
+    });
+    hash_destroy(new_keys);
 }
 
 void check_silo(const TableMeta *meta) {
@@ -174,17 +244,64 @@ OUTBOX_FUNCTION(capture_row) {
                         errhint("outbox.capture_row() is installed by outbox.register_table().")));
     check_silo(meta);
     const Registry *registry = registry_get();
-
+    OutboxWriter *writer = outbox_writer_begin(registry);
     if (TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
         RowKey old_key = row_key(meta, td->tg_trigslot);
         RowKey new_key = row_key(meta, td->tg_newslot);
         if (!same_key(old_key, new_key))
-            write_rows(registry, meta, old_key, build_payload(meta, td->tg_trigslot));
-        write_rows(registry, meta, new_key, build_payload(meta, td->tg_newslot));
+            write_rows(writer, registry, meta, old_key, build_payload(meta, td->tg_trigslot));
+        write_rows(writer, registry, meta, new_key, build_payload(meta, td->tg_newslot));
     } else {
-        capture_slot(registry, meta, td->tg_trigslot);
+        capture_slot(writer, registry, meta, td->tg_trigslot);
     }
+    outbox_writer_finish(writer);
     return PointerGetDatum(nullptr);
+}
+
+OUTBOX_FUNCTION(capture_statement) {
+    TriggerData *td = trigger_data(fcinfo, "outbox.capture_statement()");
+    if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
+        TRIGGER_FIRED_BY_TRUNCATE(td->tg_event))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox.capture_statement() must be an AFTER ... FOR EACH "
+                               "STATEMENT trigger with transition tables")));
+    bool update = TRIGGER_FIRED_BY_UPDATE(td->tg_event);
+    Tuplestorestate *rows =
+        TRIGGER_FIRED_BY_DELETE(td->tg_event) ? td->tg_oldtable : td->tg_newtable;
+    if (rows == nullptr || (update && td->tg_oldtable == nullptr))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox.capture_statement() needs its transition tables")));
+    if (tuplestore_tuple_count(rows) == 0)
+        return PointerGetDatum(nullptr);
+    Relation rel = td->tg_relation;
+    const TableMeta *meta = table_meta_get(rel);
+    // A partition detached from a registered table keeps its triggers; it is
+    // no longer captured.
+    if (!meta->registered)
+        return PointerGetDatum(nullptr);
+    check_silo(meta);
+    const Registry *registry = registry_get();
+
+    OutboxWriter *writer = outbox_writer_begin(registry);
+    TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsMinimalTuple);
+    MemoryContext per_row =
+        AllocSetContextCreate(CurrentMemoryContext, "pg_outbox row", ALLOCSET_DEFAULT_SIZES);
+    if (update)
+        capture_update(writer, registry, meta, td, slot, per_row);
+    else
+        for_each_row(rows, slot, per_row,
+                     [&](TupleTableSlot *row) { capture_slot(writer, registry, meta, row); });
+    outbox_writer_finish(writer);
+    MemoryContextDelete(per_row);
+    ExecDropSingleTupleTableSlot(slot);
+    return PointerGetDatum(nullptr);
+}
+
+// outbox._in_logical_apply(): the WHEN condition of the row trigger.  True
+// in logical replication's apply worker, where statement triggers do not
+// fire; false in the table sync worker, whose COPY fires them.
+OUTBOX_FUNCTION(in_logical_apply) {
+    PG_RETURN_BOOL(IsLogicalWorker() && !am_tablesync_worker());
 }
 
 OUTBOX_FUNCTION(capture_truncate) {
@@ -200,6 +317,7 @@ OUTBOX_FUNCTION(capture_truncate) {
         return PointerGetDatum(nullptr);
     check_silo(meta);
     const Registry *registry = registry_get();
+    OutboxWriter *writer = outbox_writer_begin(registry);
 
     // TRUNCATE holds ACCESS EXCLUSIVE here, so the latest snapshot sees every
     // row it is about to remove, including rows committed after this
@@ -211,10 +329,11 @@ OUTBOX_FUNCTION(capture_truncate) {
                                                   ALLOCSET_DEFAULT_SIZES);
     MemoryContext old = MemoryContextSwitchTo(per_row);
     while (table_scan_getnextslot(scan, ForwardScanDirection, slot)) {
-        capture_slot(registry, meta, slot);
+        capture_slot(writer, registry, meta, slot);
         MemoryContextReset(per_row);
     }
     MemoryContextSwitchTo(old);
+    outbox_writer_finish(writer);
     MemoryContextDelete(per_row);
     ExecDropSingleTupleTableSlot(slot);
     table_endscan(scan);

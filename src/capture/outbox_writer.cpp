@@ -2,6 +2,8 @@
 
 namespace pgoutbox {
 
+namespace {
+
 // Column order of outbox.cell_outbox; control_outbox appends cell_name.
 enum OutboxColumn {
     COL_ID,
@@ -17,13 +19,79 @@ enum OutboxColumn {
     COL_COUNT
 };
 
-void outbox_write(const Registry *registry, Silo silo, const OutboxRow *row) {
-    const OutboxTable *table =
-        silo == Silo::Cell ? &registry->cell_outbox : &registry->control_outbox;
+// Rows buffered per partition before a multi-insert.
+constexpr int batch_rows = 1000;
+
+struct PartitionBuffer {
+    int n;
+    TupleTableSlot **slots; // up to batch_rows, made on first use
+};
+
+} // namespace
+
+struct OutboxWriter {
+    const Registry *registry;
+    MemoryContext context;
+    TupleDesc desc[2];           // cell, control
+    PartitionBuffer *buffers[2]; // by remainder
+};
+
+static const OutboxTable *table_of(const Registry *registry, int silo) {
+    return silo == 0 ? &registry->cell_outbox : &registry->control_outbox;
+}
+
+OutboxWriter *outbox_writer_begin(const Registry *registry) {
+    MemoryContext context =
+        AllocSetContextCreate(CurrentMemoryContext, "pg_outbox writer", ALLOCSET_DEFAULT_SIZES);
+    auto *writer = (OutboxWriter *)MemoryContextAllocZero(context, sizeof(OutboxWriter));
+    writer->registry = registry;
+    writer->context = context;
+    return writer;
+}
+
+static void flush(OutboxWriter *writer, int silo, int remainder) {
+    PartitionBuffer *buffer = &writer->buffers[silo][remainder];
+    if (buffer->n == 0)
+        return;
+    const OutboxPartition *partition = &table_of(writer->registry, silo)->by_remainder[remainder];
+    Relation rel = table_open(partition->relid, RowExclusiveLock);
+    table_multi_insert(rel, buffer->slots, buffer->n, GetCurrentCommandId(true), 0, nullptr);
+    for (int i = 0; i < partition->nindexes; i++) {
+        const OutboxIndex *index = &partition->indexes[i];
+        IndexInfo *info = index->info;
+        Relation index_rel = index_open(index->oid, RowExclusiveLock);
+        for (int r = 0; r < buffer->n; r++) {
+            TupleTableSlot *slot = buffer->slots[r];
+            Datum key_values[INDEX_MAX_KEYS];
+            bool key_nulls[INDEX_MAX_KEYS];
+            for (int k = 0; k < info->ii_NumIndexAttrs; k++)
+                key_values[k] = slot_getattr(slot, info->ii_IndexAttrNumbers[k], &key_nulls[k]);
+            index_insert(index_rel, key_values, key_nulls, &slot->tts_tid, rel,
+                         info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, info);
+        }
+        index_close(index_rel, NoLock);
+    }
+    table_close(rel, NoLock);
+    for (int r = 0; r < buffer->n; r++)
+        ExecClearTuple(buffer->slots[r]);
+    buffer->n = 0;
+}
+
+void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
+    int silo = which == Silo::Cell ? 0 : 1;
+    const OutboxTable *table = table_of(writer->registry, silo);
+    MemoryContext old = MemoryContextSwitchTo(writer->context);
+    if (writer->buffers[silo] == nullptr) {
+        Relation rel = table_open(table->relid, AccessShareLock);
+        writer->desc[silo] = CreateTupleDescCopy(RelationGetDescr(rel));
+        table_close(rel, AccessShareLock);
+        writer->buffers[silo] =
+            (PartitionBuffer *)palloc0(sizeof(PartitionBuffer) * table->nremainders);
+    }
+
     Datum values[COL_COUNT];
     bool nulls[COL_COUNT] = {false};
     TimestampTz now = GetCurrentTransactionStartTimestamp();
-
     values[COL_ID] = Int64GetDatum(nextval_internal(table->sequence, false));
     values[COL_SHARD_SCOPE] = Int32GetDatum(row->shard_scope);
     values[COL_SHARD_IDENTIFIER] = Int64GetDatum(row->shard_identifier);
@@ -34,7 +102,7 @@ void outbox_write(const Registry *registry, Silo silo, const OutboxRow *row) {
     values[COL_SCHEDULED_FROM] = TimestampTzGetDatum(now);
     values[COL_SCHEDULED_FOR] = TimestampTzGetDatum(now);
     values[COL_DATE_ADDED] = TimestampTzGetDatum(now);
-    if (silo == Silo::Control)
+    if (which == Silo::Control)
         values[COL_CELL_NAME] = CStringGetTextDatum(row->cell_name);
 
     // Route to the hash partition of shard_identifier, as PostgreSQL would.
@@ -42,29 +110,29 @@ void outbox_write(const Registry *registry, Silo silo, const OutboxRow *row) {
     uint64 hash = compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
                                                const_cast<Oid *>(&table->hash_collation),
                                                &values[COL_SHARD_IDENTIFIER], &key_null);
-    const OutboxPartition *partition = &table->by_remainder[hash % table->nremainders];
+    int remainder = (int)(hash % (uint64)table->nremainders);
+    PartitionBuffer *buffer = &writer->buffers[silo][remainder];
+    // Slots are made as the buffer grows: a one-row statement makes one.
+    if (buffer->slots == nullptr)
+        buffer->slots = (TupleTableSlot **)palloc0(sizeof(TupleTableSlot *) * batch_rows);
+    if (buffer->slots[buffer->n] == nullptr)
+        buffer->slots[buffer->n] = MakeSingleTupleTableSlot(writer->desc[silo], &TTSOpsHeapTuple);
+    HeapTuple tuple = heap_form_tuple(writer->desc[silo], values, nulls);
+    ExecStoreHeapTuple(tuple, buffer->slots[buffer->n++], true);
+    MemoryContextSwitchTo(old);
+    if (buffer->n == batch_rows)
+        flush(writer, silo, remainder);
+}
 
-    Relation rel = table_open(partition->relid, RowExclusiveLock);
-    HeapTuple tuple = heap_form_tuple(RelationGetDescr(rel), values, nulls);
-    simple_heap_insert(rel, tuple);
-
-    for (int i = 0; i < partition->nindexes; i++) {
-        const OutboxIndex *index = &partition->indexes[i];
-        IndexInfo *info = index->info;
-        Datum key_values[INDEX_MAX_KEYS];
-        bool key_nulls[INDEX_MAX_KEYS];
-        for (int k = 0; k < info->ii_NumIndexAttrs; k++) {
-            int column = info->ii_IndexAttrNumbers[k] - 1;
-            key_values[k] = values[column];
-            key_nulls[k] = nulls[column];
-        }
-        Relation index_rel = index_open(index->oid, RowExclusiveLock);
-        index_insert(index_rel, key_values, key_nulls, &tuple->t_self, rel,
-                     info->ii_Unique ? UNIQUE_CHECK_YES : UNIQUE_CHECK_NO, false, info);
-        index_close(index_rel, NoLock);
+void outbox_writer_finish(OutboxWriter *writer) {
+    for (int silo = 0; silo < 2; silo++) {
+        if (writer->buffers[silo] == nullptr)
+            continue;
+        int n = table_of(writer->registry, silo)->nremainders;
+        for (int r = 0; r < n; r++)
+            flush(writer, silo, r);
     }
-    table_close(rel, NoLock);
-    heap_freetuple(tuple);
+    MemoryContextDelete(writer->context);
 }
 
 } // namespace pgoutbox

@@ -1,8 +1,10 @@
-// Writes one outbox row straight into pg_outbox's storage: heap insert plus
-// index entries, no executor and no SPI.  This is the capture hot path; it
-// bypasses privilege checks on purpose (the application role holds none on
-// the outbox), and it runs in the caller's transaction and command, so a
-// rollback removes the row with the change that caused it.
+// Writes outbox rows straight into pg_outbox's storage: no executor and no
+// SPI.  Rows are buffered per partition and written with table_multi_insert
+// (COPY's path: one WAL record per page instead of one per row), plus any
+// index entries.  This is the capture hot path; it bypasses privilege checks
+// on purpose (the application role holds none on the outbox), and it writes
+// in the caller's transaction and command, so a rollback removes the rows
+// with the change that caused them.
 #pragma once
 
 #include "registry/table_meta.hpp"
@@ -18,6 +20,12 @@ struct OutboxRow {
     const char *cell_name; // control rows only
 };
 
-void outbox_write(const Registry *registry, Silo silo, const OutboxRow *row);
+struct OutboxWriter;
+
+// A writer in its own memory context under CurrentMemoryContext.
+OutboxWriter *outbox_writer_begin(const Registry *registry);
+void outbox_writer_add(OutboxWriter *writer, Silo silo, const OutboxRow *row);
+// Writes what is buffered and frees the writer.
+void outbox_writer_finish(OutboxWriter *writer);
 
 } // namespace pgoutbox

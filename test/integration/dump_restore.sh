@@ -68,7 +68,7 @@ TRUNCATE parts_1;
 SQL
 got=$(q -d dst -c "SELECT count(*) FROM outbox.cell_outbox WHERE object_identifier = 11 AND shard_identifier = 7 AND category = 4 AND payload = '{\"name\": \"after restore\"}' AND id > 12")
 [[ $got == 1 ]] || fail "no outbox row for the insert after restore ($got)"
-got=$(q -d dst -c "SELECT string_agg(cell_name, ',' ORDER BY id) FROM outbox.control_outbox WHERE object_identifier = 2 AND id > 2")
+got=$(q -d dst -c "SELECT string_agg(cell_name, ',' ORDER BY cell_name) FROM outbox.control_outbox WHERE object_identifier = 2 AND id > 2")
 [[ $got == "de,us" ]] || fail "control capture after restore wrote '$got'"
 got=$(q -d dst -c "SELECT string_agg(object_identifier::text, ',' ORDER BY id) FROM outbox.cell_outbox WHERE category = 4 AND object_identifier IN (1, 160) AND shard_identifier = object_identifier AND id > 12")
 [[ $got == "160,1" ]] || fail "partition capture after restore wrote '$got'"
