@@ -147,3 +147,19 @@ SELECT count(*) AS rows_written,
             substring(tableoid::regclass::text FROM '_(\d+)$')::int, shard_identifier))
            AS rows_in_their_partition
   FROM outbox.cell_outbox WHERE object_identifier BETWEEN 1000 AND 3000;
+
+-- Statements larger than work_mem: the transition tables spill to disk.
+SET work_mem = '64kB';
+TRUNCATE outbox.cell_outbox;
+CREATE TABLE big (id int PRIMARY KEY, org int NOT NULL, label text);
+SELECT outbox.register_table('big', 'PROJECT_UPDATE', shard_column => 'org',
+                             payload_columns => '{label}');
+INSERT INTO big SELECT g, g % 50, repeat('x', 50) || g FROM generate_series(1, 20000) g;
+UPDATE big SET label = label || '!';
+UPDATE big SET org = org + 1000 WHERE id % 2 = 0;
+DELETE FROM big;
+RESET work_mem;
+SELECT count(*) AS rows, count(DISTINCT object_identifier) AS objects,
+       count(*) FILTER (WHERE shard_identifier >= 1000) AS moved_to,
+       count(*) FILTER (WHERE payload->>'label' LIKE '%!') AS after_update
+  FROM outbox.cell_outbox WHERE category = 8;

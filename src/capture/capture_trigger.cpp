@@ -152,17 +152,19 @@ void capture_slot(OutboxWriter *writer, const Registry *registry, const TableMet
     write_rows(writer, registry, meta, row_key(meta, slot), build_payload(meta, slot));
 }
 
-// Calls fn(slot) for every row of a transition table, resetting per_row
-// memory after each.
+// Calls fn(slot) for every row of a transition table, in per_row memory
+// reset after each row.  The tuplestore reads in the caller's context: a
+// spilled tuplestore hands the slot tuples that the slot later frees.
 template <typename Fn>
 void for_each_row(Tuplestorestate *rows, TupleTableSlot *slot, MemoryContext per_row, Fn fn) {
     tuplestore_rescan(rows);
-    MemoryContext old = MemoryContextSwitchTo(per_row);
     while (tuplestore_gettupleslot(rows, true, false, slot)) {
+        MemoryContext old = MemoryContextSwitchTo(per_row);
         fn(slot);
+        MemoryContextSwitchTo(old);
         MemoryContextReset(per_row);
     }
-    MemoryContextSwitchTo(old);
+    ExecClearTuple(slot);
 }
 
 // What an UPDATE's new row keeps of its key, by id (ids are unique).
