@@ -130,7 +130,9 @@ TRUNCATE outbox.cell_outbox;
 
 -- Another session sees a registration change made here (cache invalidation
 -- across backends).
+SET client_min_messages = warning;
 CREATE EXTENSION IF NOT EXISTS dblink;
+RESET client_min_messages;
 SELECT dblink_connect('other', 'dbname=' || current_database());
 SELECT * FROM dblink('other', 'INSERT INTO projects VALUES (15, ''before'') RETURNING id') AS t(id int);
 SELECT outbox.unregister_table('projects');
@@ -163,3 +165,17 @@ SELECT count(*) AS rows, count(DISTINCT object_identifier) AS objects,
        count(*) FILTER (WHERE shard_identifier >= 1000) AS moved_to,
        count(*) FILTER (WHERE payload->>'label' LIKE '%!') AS after_update
   FROM outbox.cell_outbox WHERE category = 8;
+
+-- An UPDATE that sets no key column skips looking for moved rows, unless a
+-- BEFORE UPDATE trigger may change the key behind the SET list.
+TRUNCATE outbox.cell_outbox;
+CREATE TABLE moved_by_trigger (id int PRIMARY KEY, org int NOT NULL, note text);
+SELECT outbox.register_table('moved_by_trigger', 'PROJECT_UPDATE', shard_column => 'org');
+INSERT INTO moved_by_trigger VALUES (1, 10, 'a'), (2, 20, 'b');
+UPDATE moved_by_trigger SET note = 'plain update';
+CREATE FUNCTION move_org() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN NEW.org := NEW.org + 100; RETURN NEW; END $$;
+CREATE TRIGGER a_move BEFORE UPDATE ON moved_by_trigger FOR EACH ROW EXECUTE FUNCTION move_org();
+UPDATE moved_by_trigger SET note = 'moved by a trigger';
+SELECT shard_identifier AS shard, object_identifier AS object
+  FROM outbox.cell_outbox WHERE category = 8 ORDER BY id;

@@ -3,6 +3,7 @@
 #include "pg/postgres.hpp"
 
 #include "settings.hpp"
+#include "worker/worker.hpp"
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -30,6 +31,11 @@ int redis_connect_timeout_ms = 1000;
 int redis_command_timeout_ms = 1000;
 char *redis_key_prefix = nullptr;
 int backfill_rate_per_minute = 10000;
+int handler_timeout_ms = 30000;
+char *database_name = nullptr;
+bool worker_enabled = true;
+int naptime_ms = 1000;
+bool self_hosted = false;
 
 static const struct config_enum_entry cursor_store_options[] = {
     {"redis", CURSOR_STORE_REDIS, false},
@@ -91,5 +97,29 @@ void _PG_init(void) {
                             &backfill_rate_per_minute, 10000, 1, INT_MAX, PGC_SIGHUP, 0, nullptr,
                             nullptr, nullptr);
 
+    DefineCustomIntVariable("outbox.handler_timeout",
+                            "A handler running longer fails its message (0: no limit).", nullptr,
+                            &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS, nullptr,
+                            nullptr, nullptr);
+
+    // The worker reads it at start.  A PGC_POSTMASTER variable cannot be
+    // defined by a library loaded after startup, so without the preload
+    // (no worker) it is an ordinary reloadable setting.
+    DefineCustomStringVariable(
+        "outbox.database_name", "Database the background worker serves.", nullptr, &database_name,
+        "postgres", process_shared_preload_libraries_in_progress ? PGC_POSTMASTER : PGC_SIGHUP, 0,
+        nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable("outbox.worker_enabled", "Whether the background worker works.",
+                             nullptr, &worker_enabled, true, PGC_SIGHUP, 0, nullptr, nullptr,
+                             nullptr);
+    DefineCustomIntVariable("outbox.naptime", "Pause between the worker's cycles.", nullptr,
+                            &naptime_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
+                            nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "outbox.self_hosted", "The worker backfills to the coded versions, options ignored.",
+        nullptr, &self_hosted, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+
     MarkGUCPrefixReserved("outbox");
+    if (process_shared_preload_libraries_in_progress)
+        register_worker();
 }

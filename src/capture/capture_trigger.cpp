@@ -174,12 +174,33 @@ struct NewKey {
     char *cell;
 };
 
-// An UPDATE: rows for every new key, then for every old key that is no
-// longer there (the row moved to another shard or cell, or its id changed).
+// An UPDATE: rows for every new key, then, unless no key column can have
+// changed, for every old key that is no longer there (the row moved to
+// another shard or cell, or its id changed).
 // Transition tables do not pair old and new rows, so the new keys are
 // indexed by id, which the registration requires to be unique.
+// Whether an UPDATE statement may have changed a row's key.  The updated
+// columns are known, but a BEFORE UPDATE row trigger may change others (on
+// this table, or on any partition of a partitioned one): then assume so.
+bool key_may_change(const TableMeta *meta, TriggerData *td) {
+    Relation rel = td->tg_relation;
+    if (rel->rd_rel->relkind != RELKIND_RELATION || td->tg_updatedcols == nullptr ||
+        (rel->trigdesc != nullptr && rel->trigdesc->trig_update_before_row))
+        return true;
+    auto updated = [&](AttrNumber attnum) {
+        return attnum != InvalidAttrNumber &&
+               bms_is_member(attnum - FirstLowInvalidHeapAttributeNumber, td->tg_updatedcols);
+    };
+    return updated(meta->id_attnum) || updated(meta->shard_attnum) || updated(meta->cell_attnum);
+}
+
 void capture_update(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
                     TriggerData *td, TupleTableSlot *slot, MemoryContext per_row) {
+    if (!key_may_change(meta, td)) {
+        for_each_row(td->tg_newtable, slot, per_row,
+                     [&](TupleTableSlot *row) { capture_slot(writer, registry, meta, row); });
+        return;
+    }
     HASHCTL ctl;
     memset(&ctl, 0, sizeof ctl);
     ctl.keysize = sizeof(int64);

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(27);
+SELECT plan(40);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -32,6 +32,28 @@ SELECT col_type_is('outbox', 'cell_outbox', 'payload', 'jsonb', 'cell_outbox.pay
 SELECT columns_are('outbox', 'tables', ARRAY['table_key', 'relation', 'silo', 'category',
     'scope', 'shard_column', 'cell_column', 'payload_columns', 'replication_version']);
 SELECT has_table('outbox', 'options', 'the options table exists');
+
+SELECT has_function('outbox', 'get_processing_state', ARRAY['text']);
+SELECT has_function('outbox', 'set_processing_state', ARRAY['text', 'bigint', 'integer']);
+SELECT has_function('outbox', 'process_backfill_batch', ARRAY['regclass', 'integer', 'boolean']);
+SELECT has_function('outbox', 'backfill_outboxes_for', ARRAY['text', 'integer', 'integer', 'boolean']);
+SELECT has_function('outbox', 'run_replications_sync', ARRAY[]::text[]);
+SELECT function_returns('outbox', 'run_replications_sync', ARRAY[]::text[], 'bigint');
+SELECT has_function('outbox', 'register_handler', ARRAY['text', 'regprocedure']);
+SELECT has_function('outbox', 'drain_shard', ARRAY['text', 'integer', 'bigint', 'text']);
+SELECT has_function('outbox', 'drain', ARRAY['text']);
+SELECT function_returns('outbox', 'drain', ARRAY['text'], 'bigint');
+SELECT is((SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+             FROM pg_attribute WHERE attrelid = 'outbox.message'::regclass AND attnum > 0),
+          'silo text, shard_scope integer, shard_identifier bigint, category integer, object_identifier bigint, payload jsonb, cell_name text, first_id bigint, last_id bigint, coalesced integer',
+          'outbox.message is the contract type');
+SELECT is((SELECT string_agg(attname || ' ' || format_type(atttypid, atttypmod), ', ' ORDER BY attnum)
+             FROM pg_attribute WHERE attrelid = 'outbox.backfill_batch'::regclass AND attnum > 0),
+          'low bigint, up bigint, version integer, has_more boolean, count bigint, rows_written bigint',
+          'outbox.backfill_batch is Sentry''s BackfillBatch plus rows_written');
+SELECT is((SELECT pg_get_function_arguments('outbox.backfill_outboxes_for(text,integer,integer,boolean)'::regprocedure)),
+          'silo_mode text DEFAULT NULL::text, scheduled_count integer DEFAULT 0, max_batch_rate integer DEFAULT 10000, force_synchronous boolean DEFAULT false',
+          'backfill_outboxes_for arguments and defaults');
 
 -- GUCs.
 SELECT is(current_setting('outbox.silo_mode'), 'monolith', 'outbox.silo_mode defaults to monolith');

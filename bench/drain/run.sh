@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# Drain benchmark: messages per second through a no-op PL/pgSQL handler,
+#   A. 1,000 shards x 100 rows, 10 objects per shard (coalescing: 10,000 messages);
+#   B. 200,000 rows of distinct objects over 1,000 shards (200,000 messages);
+# drained by outbox.drain() (one transaction per call) and by the background
+# worker (one transaction per shard), side by side with PgQ's consumer
+# (next_batch / get_batch_events / finish_batch) calling the same no-op per
+# event; and end-to-end lag (commit to handler) p50/p99 under a steady
+# 1,000 tx/s write load with the worker at its default naptime.
+#
+#   bash bench/drain/run.sh        # RUNS=3 LAG_SECONDS=20
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+RUNS=${RUNS:-3}
+LAG_SECONDS=${LAG_SECONDS:-20}
+work=$(mktemp -d)
+chmod 777 "$work"
+trap 'cluster_stop; rm -rf "$work"' EXIT
+install_extension "$root"
+redis_start
+cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = off" \
+    "outbox.worker_enabled = off" "outbox.database_name = postgres"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+CREATE EXTENSION pgq;
+SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
+SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
+CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+SELECT outbox.register_handler('MEMBER_UPDATE', 'noop(outbox.message)');
+-- PgQ: a queue, a consumer, the same kind of no-op per event.
+SELECT pgq.create_queue('bench');
+SELECT pgq.register_consumer('bench', 'c');
+CREATE FUNCTION noop_event(ev_id bigint, ev_data text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+CREATE FUNCTION pgq_consume() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    batch bigint;
+    ev record;
+    n bigint := 0;
+BEGIN
+    LOOP
+        batch := pgq.next_batch('bench', 'c');
+        EXIT WHEN batch IS NULL;
+        FOR ev IN SELECT * FROM pgq.get_batch_events(batch) LOOP
+            PERFORM noop_event(ev.ev_id, ev.ev_data);
+            n := n + 1;
+        END LOOP;
+        PERFORM pgq.finish_batch(batch);
+    END LOOP;
+    RETURN n;
+END $$;
+SQL
+
+# Fills the outbox: shards x rows_per_shard rows, objects_per_shard objects.
+fill() {
+    q -c "TRUNCATE outbox.cell_outbox" -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+          SELECT 0, s, 1, s * 100000 + r % $3, jsonb_build_object('r', r)
+            FROM generate_series(1, $1) s, generate_series(1, $2) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
+}
+drain_sql() { # messages/s draining with outbox.drain() until empty
+    local start n=0 got
+    start=$(date +%s%N)
+    while got=$(q -c "SELECT outbox.drain('cell')") && ((got > 0)); do n=$((n + got)); done
+    [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]] || { echo "outbox not empty" >&2; exit 1; }
+    echo $((n * 1000 / $(ms_since "$start"))) $n
+}
+drain_worker() { # messages/s with the worker (one transaction per shard)
+    local start
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
+    start=$(date +%s%N)
+    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do sleep 0.05; done
+    local ms=$(ms_since "$start")
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 0.3
+    echo $(($1 * 1000 / ms))
+}
+pgq_fill() {
+    q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $1) g" >/dev/null
+    q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
+}
+pgq_drain() {
+    local start got
+    start=$(date +%s%N)
+    got=$(q -c "SELECT pgq_consume()")
+    echo $((got * 1000 / $(ms_since "$start"))) "$got"
+}
+
+declare -A rate
+for run in $(seq "$RUNS"); do
+    fill 1000 100 10; read -r r n < <(drain_sql); rate[a_sql]+="$r "; msgs_a=$n
+    fill 1000 100 10; rate[a_worker]+="$(drain_worker 10000) "
+    fill 1000 200 200; read -r r n < <(drain_sql); rate[b_sql]+="$r "; msgs_b=$n
+    fill 1000 200 200; rate[b_worker]+="$(drain_worker 200000) "
+    pgq_fill 200000; read -r r n < <(pgq_drain); rate[pgq]+="$r "; pgq_n=$n
+    echo "run $run: ${rate[a_sql]##* } ${rate[b_sql]##* } pgq ${rate[pgq]##* }" >&2
+done
+[[ $msgs_a == 10000 && $msgs_b == 200000 && $pgq_n == 200000 ]] || { echo "counts: $msgs_a $msgs_b $pgq_n" >&2; exit 1; }
+
+# Lag: 1,000 tx/s of single-row inserts for LAG_SECONDS, worker at the
+# default naptime (1 s); the handler records commit-to-handler lag.
+q >/dev/null <<'SQL'
+CREATE TABLE member (id bigserial PRIMARY KEY, organization_id bigint NOT NULL);
+SELECT outbox.register_category('LAG', 'ORGANIZATION_SCOPE', 2);
+SELECT outbox.register_table('member', 'LAG', shard_column => 'organization_id');
+CREATE TABLE lag (ms float8);
+CREATE FUNCTION record_lag(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO lag SELECT extract(epoch FROM clock_timestamp() - o.date_added) * 1000
+      FROM outbox.cell_outbox o
+     WHERE o.shard_identifier = msg.shard_identifier AND o.id = msg.first_id;
+END $$;
+SELECT outbox.register_handler('LAG', 'record_lag(outbox.message)');
+ALTER SYSTEM SET outbox.worker_enabled = on;
+ALTER SYSTEM RESET outbox.naptime;
+SELECT pg_reload_conf();
+SQL
+echo 'INSERT INTO member (organization_id) VALUES (random(1, 1000));' >"$work/insert.sql"
+"$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1
+sleep 3
+read -r p50 p99 pmax nlag < <(q -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)), round(max(ms)), count(*) FROM lag")
+tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
+
+med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
+pgq_rate=$(med pgq)
+{
+echo "# pg_outbox drain benchmark"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(q -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/drain/run.sh\` RUNS=$RUNS"
+echo
+echo "No-op PL/pgSQL handler; medians of $RUNS runs, all in one run of the script."
+echo
+echo "| workload | drained by | messages/s | vs PgQ |"
+echo "|---|---|---:|---:|"
+for k in a_sql a_worker b_sql b_worker; do
+    case $k in
+    a_*) w="A: 1,000 shards x 100 rows, 10 objects each (10,000 messages)" ;;
+    b_*) w="B: 200,000 rows, distinct objects, 1,000 shards (200,000 messages)" ;;
+    esac
+    case $k in
+    *_sql) by="outbox.drain(), one transaction per call" ;;
+    *_worker) by="the worker, one transaction per shard" ;;
+    esac
+    echo "| $w | $by | $(med $k) | $(awk -v a="$(med $k)" -v b="$pgq_rate" 'BEGIN{printf "%.2f", a/b}') |"
+done
+echo "| 200,000 events | PgQ consumer (next_batch / get_batch_events / finish_batch) | $pgq_rate | 1.00 |"
+echo
+echo "Workload A coalesces 100,000 outbox rows into 10,000 messages: its rows/s is 10x its messages/s."
+echo
+echo "Lag, commit to handler, under ${tps%.*} tx/s of single-row inserts for ${LAG_SECONDS} s, worker naptime 1 s: p50 ${p50} ms, p99 ${p99} ms, max ${pmax} ms over $nlag messages."
+} | tee "$root/bench/drain/results.md"

@@ -1,0 +1,463 @@
+// Draining (drain.hpp).  Written without C++ objects that own resources around
+// PostgreSQL calls: errors unwind through it freely, and the subtransaction
+// pattern is PL/pgSQL's exception block.
+#include "drain/drain.hpp"
+
+#include "pg/guard.hpp"
+#include "settings.hpp"
+
+extern "C" {
+#include "common/hashfn.h"
+#include "storage/itemptr.h"
+#include "utils/tuplestore.h"
+#include "storage/latch.h"
+#include "storage/lock.h"
+#include "utils/array.h"
+#include "utils/resowner.h"
+#include "utils/timeout.h"
+#include "utils/typcache.h"
+}
+
+namespace pgoutbox {
+
+namespace {
+
+const char *outbox_name(Silo silo) {
+    return silo == Silo::Cell ? "outbox.cell_outbox" : "outbox.control_outbox";
+}
+
+const char *silo_text(Silo silo) {
+    return silo == Silo::Cell ? "cell" : "control";
+}
+
+} // namespace
+
+// The claim is an advisory lock held to the end of the transaction.  Its
+// fourth field (pg_advisory_* use 1 and 2) keeps it apart from application
+// advisory locks; a hash collision only makes a shard wait a cycle.
+bool claim_shard(const DrainShard *shard) {
+    uint32 cell_hash = shard->cell_name ? hash_bytes((const unsigned char *)shard->cell_name,
+                                                     (int)strlen(shard->cell_name))
+                                        : 0;
+    uint32 field4 = hash_combine(hash_combine(0x4F42u, (uint32)shard->shard_scope),
+                                 cell_hash ^ (shard->silo == Silo::Cell ? 0u : 0x80000000u));
+    if (field4 == 1 || field4 == 2)
+        field4 += 2;
+    LOCKTAG tag;
+    SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)shard->shard_identifier >> 32),
+                         (uint32)shard->shard_identifier, field4);
+    return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+}
+
+namespace {
+
+Datum ctid_array(const DrainShard *shard, const bool *keep) {
+    Datum *ctids = (Datum *)palloc(sizeof(Datum) * Max(shard->nrows, 1));
+    int n = 0;
+    for (int i = 0; i < shard->nrows; i++)
+        if (keep == nullptr || keep[i])
+            ctids[n++] = PointerGetDatum(&shard->rows[i].ctid);
+    return PointerGetDatum(
+        construct_array(ctids, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+}
+
+Datum id_array(const DrainShard *shard, const bool *keep) {
+    Datum *ids = (Datum *)palloc(sizeof(Datum) * Max(shard->nrows, 1));
+    int n = 0;
+    for (int i = 0; i < shard->nrows; i++)
+        if (keep == nullptr || keep[i])
+            ids[n++] = Int64GetDatum(shard->rows[i].id);
+    return PointerGetDatum(construct_array(ids, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
+}
+
+// Keeps the rows that are still there, with their current schedule.
+void verify_rows(DrainShard *shard) {
+    char *sql = psprintf("SELECT id, scheduled_for FROM %s WHERE shard_identifier = $1"
+                         " AND ctid = ANY ($2) AND id = ANY ($3) ORDER BY id",
+                         outbox_name(shard->silo));
+    Oid types[3] = {INT8OID, TIDARRAYOID, INT8ARRAYOID};
+    Datum args[3] = {Int64GetDatum(shard->shard_identifier), ctid_array(shard, nullptr),
+                     id_array(shard, nullptr)};
+    SPI_execute_with_args(sql, 3, types, args, nullptr, false, 0);
+    // Both in id order: one merge.
+    int kept = 0;
+    uint64 j = 0;
+    for (int i = 0; i < shard->nrows && j < SPI_processed; i++) {
+        bool isnull;
+        HeapTuple tuple = SPI_tuptable->vals[j];
+        if (DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull)) !=
+            shard->rows[i].id)
+            continue;
+        shard->rows[i].scheduled_for =
+            DatumGetTimestampTz(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull));
+        shard->rows[kept++] = shard->rows[i];
+        j++;
+    }
+    shard->nrows = kept;
+}
+
+struct Message {
+    int first;  // index of its first row
+    int newest; // index of its newest row
+    int nrows;
+    int32 category;
+    int64 object_identifier;
+};
+
+struct MessageKey {
+    int64 object_identifier;
+    int64 category; // 64 bits: no padding in the hashed key
+};
+
+struct MessageEntry {
+    MessageKey key;
+    int message;
+};
+
+// Groups rows by (category, object_identifier), in the order of first rows;
+// row_message[i] is the message of row i.
+int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
+    HASHCTL ctl;
+    memset(&ctl, 0, sizeof ctl);
+    ctl.keysize = sizeof(MessageKey);
+    ctl.entrysize = sizeof(MessageEntry);
+    ctl.hcxt = CurrentMemoryContext;
+    HTAB *index = hash_create("pg_outbox messages", Max(shard->nrows, 16), &ctl,
+                              HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    int n = 0;
+    for (int i = 0; i < shard->nrows; i++) {
+        const DrainRow *row = &shard->rows[i];
+        MessageKey key = {row->object_identifier, row->category};
+        bool found;
+        auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
+        if (!found) {
+            entry->message = n;
+            messages[n++] = Message{i, i, 0, row->category, row->object_identifier};
+        }
+        Message *message = &messages[entry->message];
+        message->newest = i; // rows are in id order
+        message->nrows++;
+        row_message[i] = entry->message;
+    }
+    hash_destroy(index);
+    return n;
+}
+
+struct HandlerCache {
+    int n;
+    int32 category[64];
+    bool found[64];
+    FmgrInfo function[64];
+};
+
+// The handler of a category, or NULL.
+FmgrInfo *handler_for(HandlerCache *cache, int32 category) {
+    for (int i = 0; i < cache->n; i++)
+        if (cache->category[i] == category)
+            return cache->found[i] ? &cache->function[i] : nullptr;
+    Oid types[1] = {INT4OID};
+    Datum args[1] = {Int32GetDatum(category)};
+    SPI_execute_with_args("SELECT handler::pg_catalog.oid FROM outbox.handlers WHERE category = $1",
+                          1, types, args, nullptr, true, 1);
+    bool found = SPI_processed == 1;
+    Oid handler = InvalidOid;
+    if (found) {
+        bool isnull;
+        handler = DatumGetObjectId(
+            SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    }
+    if (cache->n == 64)
+        cache->n = 0; // more categories than slots: start over
+    int slot = cache->n++;
+    cache->category[slot] = category;
+    cache->found[slot] = found;
+    if (found)
+        fmgr_info(handler, &cache->function[slot]);
+    return found ? &cache->function[slot] : nullptr;
+}
+
+TimeoutId handler_timeout_id = MAX_TIMEOUTS;
+volatile sig_atomic_t handler_timed_out = false;
+
+void on_handler_timeout() {
+    handler_timed_out = true;
+    InterruptPending = true;
+    QueryCancelPending = true;
+    SetLatch(MyLatch);
+}
+
+Datum message_datum(const DrainShard *shard, const Message *message, TupleDesc desc) {
+    const DrainRow *first = &shard->rows[message->first];
+    const DrainRow *newest = &shard->rows[message->newest];
+    Datum values[10];
+    bool nulls[10] = {false};
+    values[0] = CStringGetTextDatum(silo_text(shard->silo));
+    values[1] = Int32GetDatum(shard->shard_scope);
+    values[2] = Int64GetDatum(shard->shard_identifier);
+    values[3] = Int32GetDatum(message->category);
+    values[4] = Int64GetDatum(message->object_identifier);
+    values[5] = newest->payload;
+    nulls[5] = newest->payload == (Datum)0;
+    values[6] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
+    nulls[6] = shard->cell_name == nullptr;
+    values[7] = Int64GetDatum(first->id);
+    values[8] = Int64GetDatum(newest->id);
+    values[9] = Int32GetDatum(message->nrows);
+    return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
+}
+
+// Calls the handler in a subtransaction; on error fills *error and returns
+// false.  The PL/pgSQL exception-block pattern.
+bool call_handler(FmgrInfo *handler, Datum message, char **error) {
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+    volatile bool ok = true;
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+    handler_timed_out = false;
+    if (handler_timeout_ms > 0) {
+        if (handler_timeout_id == MAX_TIMEOUTS)
+            handler_timeout_id = RegisterTimeout(USER_TIMEOUT, on_handler_timeout);
+        enable_timeout_after(handler_timeout_id, handler_timeout_ms);
+    }
+    PG_TRY();
+    {
+        // Not FunctionCall1: a void SQL-language function returns NULL.
+        LOCAL_FCINFO(call, 1);
+        InitFunctionCallInfoData(*call, handler, 1, InvalidOid, nullptr, nullptr);
+        call->args[0].value = message;
+        call->args[0].isnull = false;
+        (void)FunctionCallInvoke(call);
+        if (handler_timeout_ms > 0)
+            disable_timeout(handler_timeout_id, false);
+        ReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+    }
+    PG_CATCH();
+    {
+        if (handler_timeout_ms > 0)
+            disable_timeout(handler_timeout_id, false);
+        MemoryContextSwitchTo(context);
+        ErrorData *edata = CopyErrorData();
+        FlushErrorState();
+        RollbackAndReleaseCurrentSubTransaction();
+        MemoryContextSwitchTo(context);
+        CurrentResourceOwner = owner;
+        if (handler_timed_out)
+            *error =
+                psprintf("handler exceeded outbox.handler_timeout (%d ms)", handler_timeout_ms);
+        else
+            *error = pstrdup(edata->message ? edata->message : "handler failed");
+        FreeErrorData(edata);
+        ok = false;
+    }
+    PG_END_TRY();
+    return ok;
+}
+
+void delete_delivered(const DrainShard *shard, const bool *delivered) {
+    char *sql = psprintf("DELETE FROM %s WHERE shard_identifier = $1 AND ctid = ANY ($2)"
+                         " AND id = ANY ($3)",
+                         outbox_name(shard->silo));
+    Oid types[3] = {INT8OID, TIDARRAYOID, INT8ARRAYOID};
+    Datum args[3] = {Int64GetDatum(shard->shard_identifier), ctid_array(shard, delivered),
+                     id_array(shard, delivered)};
+    SPI_execute_with_args(sql, 3, types, args, nullptr, false, 0);
+}
+
+// The shard key as SQL conditions and arguments $1.. (scope, identifier,
+// cell); returns the number of arguments.
+int shard_condition(const DrainShard *shard, char **where, Oid *types, Datum *args) {
+    types[0] = INT4OID;
+    types[1] = INT8OID;
+    args[0] = Int32GetDatum(shard->shard_scope);
+    args[1] = Int64GetDatum(shard->shard_identifier);
+    if (shard->cell_name == nullptr) {
+        *where = pstrdup("shard_scope = $1 AND shard_identifier = $2");
+        return 2;
+    }
+    types[2] = TEXTOID;
+    args[2] = CStringGetTextDatum(shard->cell_name);
+    *where = pstrdup("shard_scope = $1 AND shard_identifier = $2 AND cell_name = $3");
+    return 3;
+}
+
+// Sentry's backoff for every row of the shard, and the error for monitoring.
+void back_off(const DrainShard *shard, const Message *failed, const char *error) {
+    char *where;
+    Oid types[4];
+    Datum args[4];
+    int n = shard_condition(shard, &where, types, args);
+    SPI_execute_with_args(
+        psprintf("UPDATE %s SET scheduled_from = now(), scheduled_for = now() +"
+                 " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'),"
+                 " interval '1 hour') WHERE %s",
+                 outbox_name(shard->silo), where),
+        n, types, args, nullptr, false, 0);
+    Oid etypes[7] = {TEXTOID, INT4OID, INT8OID, TEXTOID, TEXTOID, INT4OID, INT8OID};
+    Datum eargs[7] = {CStringGetTextDatum(silo_text(shard->silo)),
+                      Int32GetDatum(shard->shard_scope),
+                      Int64GetDatum(shard->shard_identifier),
+                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : ""),
+                      CStringGetTextDatum(error),
+                      Int32GetDatum(failed->category),
+                      Int64GetDatum(failed->object_identifier)};
+    SPI_execute_with_args(
+        "INSERT INTO outbox.shard_errors AS e (silo, shard_scope, shard_identifier, cell_name,"
+        " attempts, last_error, last_error_at, category, object_identifier)"
+        " VALUES ($1, $2, $3, $4, 1, $5, now(), $6, $7)"
+        " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
+        " attempts = e.attempts + 1, last_error = excluded.last_error,"
+        " last_error_at = excluded.last_error_at, category = excluded.category,"
+        " object_identifier = excluded.object_identifier",
+        7, etypes, eargs, nullptr, false, 0);
+}
+
+void clear_error(const DrainShard *shard) {
+    Oid types[4] = {TEXTOID, INT4OID, INT8OID, TEXTOID};
+    Datum args[4] = {CStringGetTextDatum(silo_text(shard->silo)), Int32GetDatum(shard->shard_scope),
+                     Int64GetDatum(shard->shard_identifier),
+                     CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
+    SPI_execute_with_args("DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
+                          " AND shard_identifier = $3 AND cell_name = $4",
+                          4, types, args, nullptr, false, 0);
+}
+
+} // namespace
+
+int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
+    if (verify && shard->nrows > 0)
+        verify_rows(shard);
+    TimestampTz now = GetCurrentTransactionStartTimestamp();
+    bool due = false;
+    for (int i = 0; i < shard->nrows && !due; i++)
+        due = shard->rows[i].scheduled_for <= now;
+    if (!due)
+        return 0;
+    stats->shards++;
+
+    Message *messages = (Message *)palloc(sizeof(Message) * shard->nrows);
+    int *row_message = (int *)palloc(sizeof(int) * shard->nrows);
+    int nmessages = coalesce(shard, messages, row_message);
+    bool *message_delivered = (bool *)palloc0(sizeof(bool) * nmessages);
+    Oid message_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
+                                       ObjectIdGetDatum(get_namespace_oid("outbox", false)));
+    TupleDesc desc = lookup_rowtype_tupdesc_copy(message_type, -1);
+    HandlerCache *handlers = (HandlerCache *)palloc0(sizeof(HandlerCache));
+
+    int delivered = 0;
+    const Message *failed = nullptr;
+    char *error = nullptr;
+    for (int m = 0; m < nmessages; m++) {
+        FmgrInfo *handler = handler_for(handlers, messages[m].category);
+        if (handler == nullptr)
+            continue; // no handler: the message stays, visible
+        if (!call_handler(handler, message_datum(shard, &messages[m], desc), &error)) {
+            failed = &messages[m];
+            break;
+        }
+        CommandCounterIncrement();
+        message_delivered[m] = true;
+        delivered++;
+    }
+
+    bool *row_delivered = (bool *)palloc(sizeof(bool) * shard->nrows);
+    int nrows = 0;
+    for (int i = 0; i < shard->nrows; i++) {
+        row_delivered[i] = message_delivered[row_message[i]];
+        nrows += row_delivered[i];
+    }
+    if (nrows > 0)
+        delete_delivered(shard, row_delivered);
+    if (failed != nullptr) {
+        back_off(shard, failed, error);
+        stats->failures++;
+    } else {
+        clear_error(shard);
+    }
+    stats->messages += delivered;
+    stats->rows += nrows;
+    return delivered;
+}
+
+// Columns 1-6 of a drain query: ctid, id, category, object_identifier,
+// payload, scheduled_for.  Copies into the current memory context.
+static void fill_row(DrainRow *row, HeapTuple tuple, TupleDesc desc) {
+    bool isnull;
+    row->ctid = *(ItemPointer)DatumGetPointer(SPI_getbinval(tuple, desc, 1, &isnull));
+    row->id = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
+    row->category = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
+    row->object_identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
+    Datum payload = SPI_getbinval(tuple, desc, 5, &isnull);
+    row->payload = isnull ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
+    row->scheduled_for = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
+}
+
+void read_shard(DrainShard *shard, MemoryContext context) {
+    char *where;
+    Oid types[3];
+    Datum args[3];
+    int n = shard_condition(shard, &where, types, args);
+    char *sql = psprintf("SELECT ctid, id, category, object_identifier, payload, scheduled_for"
+                         " FROM %s WHERE %s ORDER BY id",
+                         outbox_name(shard->silo), where);
+    SPI_execute_with_args(sql, n, types, args, nullptr, true, 0);
+    MemoryContext old = MemoryContextSwitchTo(context);
+    shard->nrows = (int)SPI_processed;
+    shard->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(shard->nrows, 1));
+    for (int i = 0; i < shard->nrows; i++)
+        fill_row(&shard->rows[i], SPI_tuptable->vals[i], SPI_tuptable->tupdesc);
+    MemoryContextSwitchTo(old);
+}
+
+int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard **result) {
+    bool control = silo == Silo::Control;
+    const char *key =
+        control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
+    char *sql = psprintf(
+        "WITH due AS (SELECT %s, pg_catalog.min(scheduled_for) AS oldest FROM %s"
+        " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
+        " ORDER BY oldest LIMIT $1)"
+        " SELECT o.ctid, o.id, o.category, o.object_identifier, o.payload, o.scheduled_for,"
+        " o.shard_scope, o.shard_identifier, %s"
+        " FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
+        key, outbox_name(silo), key, control ? "o.cell_name" : "NULL::text", outbox_name(silo), key,
+        control ? "o.shard_scope, o.shard_identifier, o.cell_name"
+                : "o.shard_scope, o.shard_identifier");
+    Oid types[1] = {INT4OID};
+    Datum args[1] = {Int32GetDatum(max_shards)};
+    SPI_execute_with_args(sql, 1, types, args, nullptr, true, 0);
+
+    MemoryContext old = MemoryContextSwitchTo(context);
+    uint64 n = SPI_processed;
+    DrainShard *shards = (DrainShard *)palloc0(sizeof(DrainShard) * Max(max_shards, 1));
+    DrainRow *rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(n, 1));
+    int nshards = 0;
+    TupleDesc desc = SPI_tuptable->tupdesc;
+    for (uint64 i = 0; i < n; i++) {
+        HeapTuple tuple = SPI_tuptable->vals[i];
+        bool isnull;
+        int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
+        int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 8, &isnull));
+        char *cell = control ? SPI_getvalue(tuple, desc, 9) : nullptr;
+        DrainShard *shard = nshards > 0 ? &shards[nshards - 1] : nullptr;
+        if (shard == nullptr || shard->shard_scope != scope ||
+            shard->shard_identifier != identifier ||
+            (control && strcmp(shard->cell_name, cell) != 0)) {
+            shard = &shards[nshards++];
+            shard->silo = silo;
+            shard->shard_scope = scope;
+            shard->shard_identifier = identifier;
+            shard->cell_name = cell;
+            shard->rows = &rows[i];
+            shard->nrows = 0;
+        }
+        fill_row(&shard->rows[shard->nrows++], tuple, desc);
+    }
+    MemoryContextSwitchTo(old);
+    *result = shards;
+    return nshards;
+}
+
+} // namespace pgoutbox

@@ -1,0 +1,323 @@
+// The background worker "pg_outbox worker": registered when pg_outbox is in
+// shared_preload_libraries, connected to outbox.database_name.
+//
+// Each cycle (every outbox.naptime, or when woken):
+//   1. drain the due shards of the local silo(s), oldest first, one
+//      transaction per shard, counting the outbox rows it scheduled;
+//   2. backfill with what is left of the per-minute budget
+//      (outbox.backfill_rate_per_minute, held over a minute, not per cycle):
+//      one batch per table per transaction, so the Redis cursor moves after
+//      each commit.
+// SIGHUP reloads the GUCs.  SIGTERM (pg_terminate_backend, shutdown) ends it
+// at the next interrupt check, mid-backfill included, with exit code 1: the
+// postmaster starts it again after bgw_restart_time, and it resumes from the
+// cursor.  Redis being down pauses the backfill: logged once per outage,
+// retried with a growing pause, resumed when Redis is back.
+//
+// Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
+// unit of work it happened in.
+#include "pg/postgres.hpp"
+
+#include "drain/drain.hpp"
+#include "settings.hpp"
+#include "worker/worker.hpp"
+
+extern "C" {
+#include "pgstat.h"
+#include "postmaster/bgworker.h"
+#include "postmaster/interrupt.h"
+#include "storage/ipc.h"
+#include "storage/latch.h"
+#include "storage/proc.h"
+#include "storage/shmem.h"
+#include "storage/spin.h"
+#include "tcop/tcopprot.h"
+#include "utils/ps_status.h"
+
+PGDLLEXPORT void outbox_worker_main(Datum);
+}
+
+namespace pgoutbox {
+
+WorkerShared *worker_shared = nullptr;
+
+namespace {
+
+shmem_request_hook_type previous_shmem_request = nullptr;
+shmem_startup_hook_type previous_shmem_startup = nullptr;
+
+void request_shmem() {
+    if (previous_shmem_request)
+        previous_shmem_request();
+    RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
+}
+
+void startup_shmem() {
+    if (previous_shmem_startup)
+        previous_shmem_startup();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    bool found;
+    worker_shared =
+        (WorkerShared *)ShmemInitStruct("pg_outbox worker", sizeof(WorkerShared), &found);
+    if (!found) {
+        memset(worker_shared, 0, sizeof(WorkerShared));
+        SpinLockInit(&worker_shared->mutex);
+    }
+    LWLockRelease(AddinShmemInitLock);
+}
+
+// The per-minute window of the backfill budget.
+TimestampTz window_start = 0;
+int64 window_used = 0;
+
+// Redis (or another cursor store failure): pause the backfill, log once.
+bool backfill_paused = false;
+TimestampTz backfill_retry_at = 0;
+int backfill_pause_ms = 0;
+
+MemoryContext cycle_context = nullptr;
+
+void report_error(const char *what, ErrorData *edata) {
+    ereport(LOG, (errmsg("pg_outbox worker: %s failed: %s", what, edata->message)));
+}
+
+// Runs one unit of work in its own transaction; returns false (after logging
+// or handing it to *error) when it raised an ERROR.
+template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
+    MemoryContext context = CurrentMemoryContext;
+    volatile bool ok = true;
+    PG_TRY();
+    {
+        SetCurrentStatementStartTimestamp();
+        StartTransactionCommand();
+        SPI_connect();
+        PushActiveSnapshot(GetTransactionSnapshot());
+        pgstat_report_activity(STATE_RUNNING, what);
+        fn();
+        SPI_finish();
+        PopActiveSnapshot();
+        CommitTransactionCommand();
+    }
+    PG_CATCH();
+    {
+        HOLD_INTERRUPTS();
+        MemoryContextSwitchTo(context);
+        ErrorData *edata = CopyErrorData();
+        FlushErrorState();
+        AbortOutOfAnyTransaction();
+        RESUME_INTERRUPTS();
+        if (error != nullptr)
+            *error = edata;
+        else
+            report_error(what, edata);
+        ok = false;
+    }
+    PG_END_TRY();
+    pgstat_report_activity(STATE_IDLE, nullptr);
+    return ok;
+}
+
+int64 drain_silo(Silo silo) {
+    DrainShard *shards = nullptr;
+    int nshards = 0;
+    in_transaction(
+        "pg_outbox: finding due shards",
+        [&] { nshards = read_due_shards(silo, 1000, cycle_context, &shards); }, nullptr);
+    int64 scheduled = 0;
+    for (int i = 0; i < nshards; i++) {
+        CHECK_FOR_INTERRUPTS();
+        DrainShard *shard = &shards[i];
+        scheduled += shard->nrows;
+        DrainStats stats = {0, 0, 0, 0};
+        in_transaction(
+            "pg_outbox: draining a shard",
+            [&] {
+                if (claim_shard(shard))
+                    drain_claimed(shard, true, &stats);
+            },
+            nullptr);
+        SpinLockAcquire(&worker_shared->mutex);
+        worker_shared->shards_drained += stats.shards;
+        worker_shared->messages_delivered += stats.messages;
+        SpinLockRelease(&worker_shared->mutex);
+    }
+    return scheduled;
+}
+
+// Registered tables local to the silo mode, in the walk's stable order.
+int local_tables(Oid **tables) {
+    int n = 0;
+    in_transaction(
+        "pg_outbox: listing tables",
+        [&] {
+            char *silo = pstrdup(silo_mode_name(silo_mode));
+            Oid types[1] = {TEXTOID};
+            Datum args[1] = {CStringGetTextDatum(silo)};
+            SPI_execute_with_args("SELECT pg_catalog.array_agg(t::pg_catalog.oid) FROM"
+                                  " outbox._local_tables($1) t",
+                                  1, types, args, nullptr, true, 0);
+            bool isnull;
+            Datum array = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+            if (isnull)
+                return;
+            Datum *items;
+            bool *nulls;
+            MemoryContext old = MemoryContextSwitchTo(cycle_context);
+            deconstruct_array(DatumGetArrayTypeP(array), OIDOID, sizeof(Oid), true, TYPALIGN_INT,
+                              &items, &nulls, &n);
+            *tables = (Oid *)palloc(sizeof(Oid) * Max(n, 1));
+            for (int i = 0; i < n; i++)
+                (*tables)[i] = DatumGetObjectId(items[i]);
+            MemoryContextSwitchTo(old);
+        },
+        nullptr);
+    return n;
+}
+
+// Sentry's backfill_outboxes_for, one transaction per batch.
+void backfill(int64 budget) {
+    TimestampTz now = GetCurrentTimestamp();
+    if (backfill_paused && now < backfill_retry_at)
+        return;
+    Oid *tables = nullptr;
+    int ntables = local_tables(&tables);
+    for (int i = 0; i < ntables && budget > 0; i++) {
+        CHECK_FOR_INTERRUPTS();
+        int64 count = 0;
+        bool null_batch = true;
+        ErrorData *error = nullptr;
+        bool ok = in_transaction(
+            "pg_outbox: backfilling",
+            [&] {
+                Oid types[3] = {REGCLASSOID, INT4OID, BOOLOID};
+                Datum args[3] = {ObjectIdGetDatum(tables[i]),
+                                 Int32GetDatum((int32)Min(budget, (int64)PG_INT32_MAX)),
+                                 BoolGetDatum(self_hosted)};
+                SPI_execute_with_args(
+                    "SELECT (b).count FROM outbox.process_backfill_batch($1, $2, $3) b", 3, types,
+                    args, nullptr, false, 1);
+                bool isnull;
+                Datum value =
+                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+                null_batch = isnull;
+                count = isnull ? 0 : DatumGetInt64(value);
+            },
+            &error);
+        if (!ok) {
+            if (!backfill_paused)
+                ereport(LOG, (errmsg("pg_outbox worker: backfill paused: %s", error->message),
+                              errdetail("Retried with a growing pause; logged once per outage.")));
+            backfill_paused = true;
+            backfill_pause_ms = Min(Max(backfill_pause_ms * 2, 1000), 60000);
+            backfill_retry_at =
+                TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_pause_ms);
+            FreeErrorData(error);
+            return;
+        }
+        if (backfill_paused)
+            ereport(LOG, (errmsg("pg_outbox worker: backfill resumed")));
+        backfill_paused = false;
+        backfill_pause_ms = 0;
+        if (null_batch)
+            continue;
+        budget -= count;
+        window_used += count;
+        SpinLockAcquire(&worker_shared->mutex);
+        worker_shared->rows_backfilled += count;
+        SpinLockRelease(&worker_shared->mutex);
+    }
+}
+
+void cycle() {
+    MemoryContextReset(cycle_context);
+    MemoryContext old = MemoryContextSwitchTo(cycle_context);
+    TimestampTz start = GetCurrentTimestamp();
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->last_cycle_start = start;
+    SpinLockRelease(&worker_shared->mutex);
+
+    int64 scheduled = 0;
+    if (silo_mode != SILO_MODE_CONTROL)
+        scheduled += drain_silo(Silo::Cell);
+    if (silo_mode != SILO_MODE_CELL)
+        scheduled += drain_silo(Silo::Control);
+
+    // The budget is per minute: what the drain scheduled and what was
+    // backfilled in this minute both count against it.
+    if (window_start == 0 || TimestampDifferenceExceeds(window_start, start, 60000)) {
+        window_start = start;
+        window_used = 0;
+    }
+    window_used += scheduled;
+    int64 budget = (int64)backfill_rate_per_minute - window_used;
+    if (budget > 0)
+        backfill(budget);
+
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->last_cycle_end = GetCurrentTimestamp();
+    worker_shared->rows_scheduled += scheduled;
+    worker_shared->backfill_budget_left = Max((int64)backfill_rate_per_minute - window_used, 0);
+    SpinLockRelease(&worker_shared->mutex);
+    MemoryContextSwitchTo(old);
+}
+
+} // namespace
+
+void register_worker() {
+    previous_shmem_request = shmem_request_hook;
+    shmem_request_hook = request_shmem;
+    previous_shmem_startup = shmem_startup_hook;
+    shmem_startup_hook = startup_shmem;
+
+    BackgroundWorker worker;
+    memset(&worker, 0, sizeof worker);
+    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+    worker.bgw_restart_time = 1;
+    strlcpy(worker.bgw_library_name, "pg_outbox", BGW_MAXLEN);
+    strlcpy(worker.bgw_function_name, "outbox_worker_main", BGW_MAXLEN);
+    strlcpy(worker.bgw_name, "pg_outbox worker", BGW_MAXLEN);
+    strlcpy(worker.bgw_type, "pg_outbox worker", BGW_MAXLEN);
+    // When max_worker_processes is too small, PostgreSQL logs "too many
+    // background workers" with a hint to raise it.
+    RegisterBackgroundWorker(&worker);
+}
+
+} // namespace pgoutbox
+
+using namespace pgoutbox;
+
+void outbox_worker_main(Datum) {
+    pqsignal(SIGHUP, SignalHandlerForConfigReload);
+    pqsignal(SIGTERM, die);
+    BackgroundWorkerUnblockSignals();
+    BackgroundWorkerInitializeConnection(database_name, nullptr, 0);
+
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->pid = MyProcPid;
+    worker_shared->latch = MyLatch;
+    SpinLockRelease(&worker_shared->mutex);
+
+    cycle_context =
+        AllocSetContextCreate(TopMemoryContext, "pg_outbox worker cycle", ALLOCSET_DEFAULT_SIZES);
+    ereport(LOG, (errmsg("pg_outbox worker started on database \"%s\"", database_name)));
+    for (;;) {
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, naptime_ms,
+                        PG_WAIT_EXTENSION);
+        ResetLatch(MyLatch);
+        CHECK_FOR_INTERRUPTS();
+        if (ConfigReloadPending) {
+            ConfigReloadPending = false;
+            ProcessConfigFile(PGC_SIGHUP);
+        }
+        if (!worker_enabled)
+            continue;
+        // No extension in this database yet: nothing to do until it is.
+        bool installed = false;
+        in_transaction(
+            "pg_outbox: checking the extension",
+            [&] { installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
+        if (installed)
+            cycle();
+    }
+}

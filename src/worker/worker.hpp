@@ -1,0 +1,32 @@
+// The background worker's shared state (worker.cpp).
+#pragma once
+
+#include "pg/postgres.hpp"
+
+extern "C" {
+#include "storage/latch.h"
+#include "storage/spin.h"
+}
+
+namespace pgoutbox {
+
+struct WorkerShared {
+    slock_t mutex;
+    pid_t pid;    // 0 until the worker has started
+    Latch *latch; // set to wake it
+    TimestampTz last_cycle_start;
+    TimestampTz last_cycle_end;
+    int64 shards_drained;
+    int64 messages_delivered;
+    int64 rows_scheduled;
+    int64 rows_backfilled;
+    int64 backfill_budget_left;
+};
+
+// NULL unless pg_outbox is in shared_preload_libraries.
+extern WorkerShared *worker_shared;
+
+// From _PG_init, while shared_preload_libraries is processed.
+void register_worker();
+
+} // namespace pgoutbox

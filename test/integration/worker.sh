@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The background worker against a real server and a real Redis: it replicates
+# live changes through a handler into a replica table; opening a version gate
+# backfills existing rows into the replica; the same while the worker is
+# SIGKILLed once and Redis is stopped and restarted once: nothing missing;
+# pg_terminate_backend ends it within a second and it comes back.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+ROWS=${ROWS:-200000}
+trap 'kill -CONT $REDIS_PID 2>/dev/null; cluster_stop' EXIT
+redis_start
+cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 100000000" \
+    "outbox.database_name = postgres"
+
+failures=0
+check() {
+    local description=$1
+    shift
+    if "$@"; then echo "ok - $description"; else echo "not ok - $description"; failures=$((failures + 1)); fi
+}
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
+# wait_for SECONDS SQL EXPECTED: polls until SQL returns EXPECTED.
+wait_for() {
+    local deadline=$((SECONDS + $1)) got
+    while ((SECONDS < deadline)); do
+        got=$(q -c "$2")
+        [[ $got == "$3" ]] && return 0
+        sleep 0.2
+    done
+    echo "  waited $1 s for '$3', last saw '$got'" >&2
+    return 1
+}
+worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
+SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
+CREATE TABLE member (id bigint PRIMARY KEY, organization_id bigint NOT NULL, email text NOT NULL);
+CREATE TABLE member_replica (id bigint PRIMARY KEY, organization_id bigint, email text);
+-- Idempotent, reads current state: the row may be gone.
+CREATE FUNCTION replicate_member(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM member_replica WHERE id = msg.object_identifier;
+    INSERT INTO member_replica SELECT * FROM member WHERE id = msg.object_identifier;
+END $$;
+SELECT outbox.register_handler('MEMBER_UPDATE', 'replicate_member(outbox.message)');
+SELECT outbox.register_table('member', 'MEMBER_UPDATE', shard_column => 'organization_id');
+SQL
+
+check "the worker shows in pg_stat_activity" wait_for 10 \
+    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND datname = 'postgres'" 1
+
+# Live changes reach the replica through the handler.
+q -c "INSERT INTO member SELECT g, g % 100, 'm' || g FROM generate_series(1, 1000) g" \
+  -c "UPDATE member SET email = 'changed' WHERE id <= 10" \
+  -c "DELETE FROM member WHERE id > 990" >/dev/null
+same="SELECT (SELECT md5(string_agg(m::text, ',' ORDER BY id)) FROM member m) IS NOT DISTINCT FROM (SELECT md5(string_agg(r::text, ',' ORDER BY id)) FROM member_replica r)"
+check "live changes are replicated" wait_for 30 "$same" t
+check "and the outbox is empty" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
+
+# Existing rows that never went through capture (as after a replica reset),
+# then a new coded version and the gate opened: the worker backfills them.
+q -c "TRUNCATE member_replica" >/dev/null
+q -c "SELECT outbox.unregister_table('member')" \
+  -c "INSERT INTO member SELECT g, g % 1000, 'b' || g FROM generate_series(10001, 10000 + $ROWS) g" \
+  -c "SELECT outbox.register_table('member', 'MEMBER_UPDATE', shard_column => 'organization_id')" \
+  -c "SELECT outbox.set_replication_version('member', 2)" >/dev/null
+sleep 1
+check "with the gate closed nothing is backfilled" [ "$(q -c "SELECT count(*) FROM member_replica")" = 0 ]
+start=$SECONDS
+q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
+check "opening the gate backfills $ROWS rows into the replica" wait_for 300 "$same" t
+echo "  backfill of $((ROWS + 990)) rows took $((SECONDS - start)) s"
+check "the cursor is complete" wait_for 10 \
+    "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('member')" "0,3"
+
+# Again, at version 3, while the worker is SIGKILLed once and Redis is
+# stopped and restarted once.  Nothing may be missing at the end.
+q -c "TRUNCATE member_replica" -c "SELECT outbox.set_replication_version('member', 3)" >/dev/null
+pid=$(worker_pid)
+kill -KILL "$pid"
+kill "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null
+check "a killed worker is restarted (the postmaster reinitializes)" wait_for 30 \
+    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND pid <> $pid" 1
+q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '3')" \
+  -c "INSERT INTO member VALUES (1, 1, 'written while Redis was down')" >/dev/null
+check "capture works with Redis down" [ "$(q -c "SELECT count(*) FROM member WHERE id = 1")" = 1 ]
+sleep 6
+paused=$(grep -c 'backfill paused' "$CLUSTER_DIR/server.log")
+check "the outage is logged once, not every cycle ($paused)" [ "$paused" = 1 ]
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
+REDIS_PID=$!
+check "after all that, nothing is missing" wait_for 300 "$same" t
+check "and the resumption is logged" grep -q 'backfill resumed' "$CLUSTER_DIR/server.log"
+
+# pg_terminate_backend: gone within a second, back soon after.
+pid=$(worker_pid)
+q -c "SELECT pg_terminate_backend($pid)" >/dev/null
+check "a terminated worker is gone within a second" wait_for 1 \
+    "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid" 0
+check "and comes back" wait_for 10 \
+    "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" 1
+check "wake_worker() wakes it" [ "$(q -c "SELECT outbox.wake_worker()")" = t ]
+
+echo "worker: $failures failed"
+exit $((failures > 0))
