@@ -9,27 +9,7 @@ DROP EXTENSION IF EXISTS pg_outbox CASCADE;
 CREATE EXTENSION pg_outbox;
 RESET client_min_messages;
 
--- errors_with(sql, sqlstate, message regex): one test.
-CREATE FUNCTION pg_temp.errors_with(sql text, code text, pattern text)
-RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    state text;
-    msg text;
-BEGIN
-    BEGIN
-        EXECUTE sql;
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        IF state ~ ('^(' || code || ')$') AND msg ~ pattern THEN
-            RETURN ok(true, format('%s -> %s', sql, state));
-        END IF;
-        RETURN ok(false, format('%s -> %s', sql, state))
-            || E'\n' || diag(format('expected %s matching /%s/, got %s: %s',
-                                    code, pattern, state, msg));
-    END;
-    RETURN ok(false, format('%s -> %s', sql, code)) || E'\n' || diag('no error was raised');
-END
-$$;
+\ir errors_with.psql
 
 CREATE TABLE good (id int PRIMARY KEY, org int NOT NULL, label text);
 DO $$

@@ -1,7 +1,7 @@
--- Bad input to the backfill and cursor functions: clear errors with specific
--- SQLSTATEs, nothing changed.
+-- Bad input to the backfill, cursor, handler and drain functions: clear
+-- errors with specific SQLSTATEs, nothing changed.
 BEGIN;
-SELECT plan(26);
+SELECT plan(37);
 
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_outbox CASCADE;
@@ -9,26 +9,7 @@ CREATE EXTENSION pg_outbox;
 RESET client_min_messages;
 SET outbox.cursor_store = 'table';
 
-CREATE FUNCTION pg_temp.errors_with(sql text, code text, pattern text)
-RETURNS text LANGUAGE plpgsql AS $$
-DECLARE
-    state text;
-    msg text;
-BEGIN
-    BEGIN
-        EXECUTE sql;
-    EXCEPTION WHEN OTHERS THEN
-        GET STACKED DIAGNOSTICS state = RETURNED_SQLSTATE, msg = MESSAGE_TEXT;
-        IF state ~ ('^(' || code || ')$') AND msg ~ pattern THEN
-            RETURN ok(true, format('%s -> %s', sql, state));
-        END IF;
-        RETURN ok(false, format('%s -> %s', sql, state))
-            || E'\n' || diag(format('expected %s matching /%s/, got %s: %s',
-                                    code, pattern, state, msg));
-    END;
-    RETURN ok(false, format('%s -> %s', sql, code)) || E'\n' || diag('no error was raised');
-END
-$$;
+\ir errors_with.psql
 
 CREATE TABLE good (id int PRIMARY KEY);
 CREATE TABLE unregistered (id int PRIMARY KEY);
@@ -66,6 +47,20 @@ SELECT pg_temp.errors_with($$SELECT outbox.backfill_outboxes_for('cell', 0, NULL
 SELECT pg_temp.errors_with($$SELECT outbox.backfill_outboxes_for('cell', 0, 0)$$, '22023', '^max_batch_rate must be positive, not 0');
 SELECT pg_temp.errors_with($$SELECT outbox.backfill_outboxes_for('cell', 0, -10)$$, '22023', '^max_batch_rate must be positive');
 SELECT pg_temp.errors_with($$SELECT outbox.backfill_outboxes_for('cell', 0, 10, NULL)$$, '22004', '^force_synchronous must not be NULL');
+
+CREATE FUNCTION two_args(outbox.message, int) RETURNS void LANGUAGE sql AS '';
+CREATE PROCEDURE a_procedure(outbox.message) LANGUAGE sql AS '';
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler(NULL, 'two_args(outbox.message,int)')$$, '22004', '^category must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler('C', NULL)$$, '22004', '^handler must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler('nope', 'two_args(outbox.message,int)')$$, '42704', '^category .nope. is not registered');
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler('C', 'two_args(outbox.message,int)')$$, '42P13', '^handler .*two_args.* must be a function \(outbox.message\) RETURNS void');
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler('C', 'a_procedure(outbox.message)')$$, '42P13', 'must be a function');
+SELECT pg_temp.errors_with($$SELECT outbox.register_handler('C', 'no_such(outbox.message)')$$, '42883', 'no_such');
+SELECT pg_temp.errors_with($$SELECT outbox.unregister_handler('C')$$, '42704', '^category .C. has no handler');
+SELECT pg_temp.errors_with($$SELECT outbox.drain_shard('cell''; --', 0, 1)$$, '22023', '^silo must be');
+SELECT pg_temp.errors_with($$SELECT outbox.drain_shard('cell', 0, NULL)$$, '22004', '^shard_identifier must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.drain_shard('control', 0, 1)$$, '22004', '^cell_name must not be NULL for a control shard');
+SELECT pg_temp.errors_with($$SELECT outbox.drain('region')$$, '22023', '^silo must be');
 
 -- A budget already spent runs no batch at all.
 SELECT is(outbox.backfill_outboxes_for('cell', 10, 10, true), false, 'a spent budget backfills nothing');
