@@ -61,6 +61,7 @@ BEGIN
     END IF;
     INSERT INTO outbox.handlers AS h (category, handler) VALUES (category_id, handler)
         ON CONFLICT ON CONSTRAINT handlers_pkey DO UPDATE SET handler = excluded.handler;
+    PERFORM outbox._invalidate_cache();
 END
 $$;
 
@@ -77,6 +78,7 @@ BEGIN
         RAISE EXCEPTION 'category % has no handler', quote_literal(category)
             USING ERRCODE = 'undefined_object';
     END IF;
+    PERFORM outbox._invalidate_cache();
 END
 $$;
 

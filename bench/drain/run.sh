@@ -96,7 +96,7 @@ for run in $(seq "$RUNS"); do
     fill 1000 200 200; read -r r n < <(drain_sql); rate[b_sql]+="$r "; msgs_b=$n
     fill 1000 200 200; rate[b_worker]+="$(drain_worker 200000) "
     pgq_fill 200000; read -r r n < <(pgq_drain); rate[pgq]+="$r "; pgq_n=$n
-    echo "run $run: ${rate[a_sql]##* } ${rate[b_sql]##* } pgq ${rate[pgq]##* }" >&2
+    echo "run $run: ${rate[a_sql]} | ${rate[b_sql]} | pgq ${rate[pgq]}" >&2
 done
 [[ $msgs_a == 10000 && $msgs_b == 200000 && $pgq_n == 200000 ]] || { echo "counts: $msgs_a $msgs_b $pgq_n" >&2; exit 1; }
 
@@ -118,7 +118,7 @@ ALTER SYSTEM SET outbox.worker_enabled = on;
 ALTER SYSTEM RESET outbox.naptime;
 SELECT pg_reload_conf();
 SQL
-echo 'INSERT INTO member (organization_id) VALUES (random(1, 1000));' >"$work/insert.sql"
+echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 999)::int);' >"$work/insert.sql"
 "$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1
 sleep 3
 read -r p50 p99 pmax nlag < <(q -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)), round(max(ms)), count(*) FROM lag")

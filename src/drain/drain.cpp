@@ -51,48 +51,44 @@ bool claim_shard(const DrainShard *shard) {
 
 namespace {
 
-Datum ctid_array(const DrainShard *shard, const bool *keep) {
-    Datum *ctids = (Datum *)palloc(sizeof(Datum) * Max(shard->nrows, 1));
-    int n = 0;
-    for (int i = 0; i < shard->nrows; i++)
-        if (keep == nullptr || keep[i])
-            ctids[n++] = PointerGetDatum(&shard->rows[i].ctid);
-    return PointerGetDatum(
-        construct_array(ctids, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
+// The partition that holds a shard's rows, routed as capture routes them.
+Oid partition_of(const DrainShard *shard) {
+    const Registry *registry = registry_get();
+    const OutboxTable *table =
+        shard->silo == Silo::Cell ? &registry->cell_outbox : &registry->control_outbox;
+    Datum key = Int64GetDatum(shard->shard_identifier);
+    bool key_null = false;
+    uint64 hash =
+        compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
+                                     const_cast<Oid *>(&table->hash_collation), &key, &key_null);
+    return table->by_remainder[hash % (uint64)table->nremainders].relid;
 }
 
-Datum id_array(const DrainShard *shard, const bool *keep) {
-    Datum *ids = (Datum *)palloc(sizeof(Datum) * Max(shard->nrows, 1));
-    int n = 0;
-    for (int i = 0; i < shard->nrows; i++)
-        if (keep == nullptr || keep[i])
-            ids[n++] = Int64GetDatum(shard->rows[i].id);
-    return PointerGetDatum(construct_array(ids, n, INT8OID, 8, true, TYPALIGN_DOUBLE));
-}
-
-// Keeps the rows that are still there, with their current schedule.
+// Keeps the rows that are still there, with their current schedule: fetched
+// by ctid with the latest snapshot, taken after the claim, so a delivery
+// another drainer committed before the claim is seen.  The ctids then stay
+// valid to the end of the transaction (rows it can see are not vacuumed
+// away under it), and nobody else drains the shard meanwhile.
 void verify_rows(DrainShard *shard) {
-    char *sql = psprintf("SELECT id, scheduled_for FROM %s WHERE shard_identifier = $1"
-                         " AND ctid = ANY ($2) AND id = ANY ($3) ORDER BY id",
-                         outbox_name(shard->silo));
-    Oid types[3] = {INT8OID, TIDARRAYOID, INT8ARRAYOID};
-    Datum args[3] = {Int64GetDatum(shard->shard_identifier), ctid_array(shard, nullptr),
-                     id_array(shard, nullptr)};
-    SPI_execute_with_args(sql, 3, types, args, nullptr, false, 0);
-    // Both in id order: one merge.
+    Relation rel = table_open(partition_of(shard), AccessShareLock);
+    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
     int kept = 0;
-    uint64 j = 0;
-    for (int i = 0; i < shard->nrows && j < SPI_processed; i++) {
-        bool isnull;
-        HeapTuple tuple = SPI_tuptable->vals[j];
-        if (DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull)) !=
-            shard->rows[i].id)
+    for (int i = 0; i < shard->nrows; i++) {
+        DrainRow *row = &shard->rows[i];
+        if (!table_tuple_fetch_row_version(rel, &row->ctid, snapshot, slot))
             continue;
-        shard->rows[i].scheduled_for =
-            DatumGetTimestampTz(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 2, &isnull));
-        shard->rows[kept++] = shard->rows[i];
-        j++;
+        bool isnull;
+        if (DatumGetInt64(slot_getattr(slot, 1, &isnull)) != row->id)
+            continue; // the ctid holds another row now
+        TimestampTz from = DatumGetTimestampTz(slot_getattr(slot, 7, &isnull));
+        row->scheduled_for = DatumGetTimestampTz(slot_getattr(slot, 8, &isnull));
+        row->backed_off = row->scheduled_for > from;
+        shard->rows[kept++] = *row;
     }
+    UnregisterSnapshot(snapshot);
+    ExecDropSingleTupleTableSlot(slot);
+    table_close(rel, AccessShareLock);
     shard->nrows = kept;
 }
 
@@ -141,39 +137,6 @@ int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
     }
     hash_destroy(index);
     return n;
-}
-
-struct HandlerCache {
-    int n;
-    int32 category[64];
-    bool found[64];
-    FmgrInfo function[64];
-};
-
-// The handler of a category, or NULL.
-FmgrInfo *handler_for(HandlerCache *cache, int32 category) {
-    for (int i = 0; i < cache->n; i++)
-        if (cache->category[i] == category)
-            return cache->found[i] ? &cache->function[i] : nullptr;
-    Oid types[1] = {INT4OID};
-    Datum args[1] = {Int32GetDatum(category)};
-    SPI_execute_with_args("SELECT handler::pg_catalog.oid FROM outbox.handlers WHERE category = $1",
-                          1, types, args, nullptr, true, 1);
-    bool found = SPI_processed == 1;
-    Oid handler = InvalidOid;
-    if (found) {
-        bool isnull;
-        handler = DatumGetObjectId(
-            SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    }
-    if (cache->n == 64)
-        cache->n = 0; // more categories than slots: start over
-    int slot = cache->n++;
-    cache->category[slot] = category;
-    cache->found[slot] = found;
-    if (found)
-        fmgr_info(handler, &cache->function[slot]);
-    return found ? &cache->function[slot] : nullptr;
 }
 
 TimeoutId handler_timeout_id = MAX_TIMEOUTS;
@@ -256,14 +219,15 @@ bool call_handler(FmgrInfo *handler, Datum message, char **error) {
     return ok;
 }
 
+// By ctid: the rows were read (and, when read before the claim, checked) in
+// this transaction, so each ctid still holds the row that was delivered.
 void delete_delivered(const DrainShard *shard, const bool *delivered) {
-    char *sql = psprintf("DELETE FROM %s WHERE shard_identifier = $1 AND ctid = ANY ($2)"
-                         " AND id = ANY ($3)",
-                         outbox_name(shard->silo));
-    Oid types[3] = {INT8OID, TIDARRAYOID, INT8ARRAYOID};
-    Datum args[3] = {Int64GetDatum(shard->shard_identifier), ctid_array(shard, delivered),
-                     id_array(shard, delivered)};
-    SPI_execute_with_args(sql, 3, types, args, nullptr, false, 0);
+    Relation rel = table_open(partition_of(shard), RowExclusiveLock);
+    Snapshot snapshot = GetActiveSnapshot();
+    for (int i = 0; i < shard->nrows; i++)
+        if (delivered[i])
+            simple_table_tuple_delete(rel, &shard->rows[i].ctid, snapshot);
+    table_close(rel, NoLock);
 }
 
 // The shard key as SQL conditions and arguments $1.. (scope, identifier,
@@ -341,16 +305,25 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
     int *row_message = (int *)palloc(sizeof(int) * shard->nrows);
     int nmessages = coalesce(shard, messages, row_message);
     bool *message_delivered = (bool *)palloc0(sizeof(bool) * nmessages);
-    Oid message_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
-                                       ObjectIdGetDatum(get_namespace_oid("outbox", false)));
-    TupleDesc desc = lookup_rowtype_tupdesc_copy(message_type, -1);
-    HandlerCache *handlers = (HandlerCache *)palloc0(sizeof(HandlerCache));
+    // Copies: a handler's own writes may rebuild the registry cache.
+    const Registry *registry = registry_get();
+    TupleDesc desc = lookup_rowtype_tupdesc_copy(registry->message_type, -1);
+    int nhandlers = registry->nhandlers;
+    int32 *categories = (int32 *)palloc(sizeof(int32) * Max(nhandlers, 1));
+    FmgrInfo *handlers = (FmgrInfo *)palloc(sizeof(FmgrInfo) * Max(nhandlers, 1));
+    for (int h = 0; h < nhandlers; h++) {
+        categories[h] = registry->handler_categories[h];
+        fmgr_info_copy(&handlers[h], &registry->handlers[h], CurrentMemoryContext);
+    }
 
     int delivered = 0;
     const Message *failed = nullptr;
     char *error = nullptr;
     for (int m = 0; m < nmessages; m++) {
-        FmgrInfo *handler = handler_for(handlers, messages[m].category);
+        FmgrInfo *handler = nullptr;
+        for (int h = 0; h < nhandlers && handler == nullptr; h++)
+            if (categories[h] == messages[m].category)
+                handler = &handlers[h];
         if (handler == nullptr)
             continue; // no handler: the message stays, visible
         if (!call_handler(handler, message_datum(shard, &messages[m], desc), &error)) {
@@ -374,15 +347,21 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
         back_off(shard, failed, error);
         stats->failures++;
     } else {
-        clear_error(shard);
+        // Only a shard that failed before has an error to clear: its rows
+        // were backed off.
+        bool backed_off = false;
+        for (int i = 0; i < shard->nrows && !backed_off; i++)
+            backed_off = shard->rows[i].backed_off;
+        if (backed_off)
+            clear_error(shard);
     }
     stats->messages += delivered;
     stats->rows += nrows;
     return delivered;
 }
 
-// Columns 1-6 of a drain query: ctid, id, category, object_identifier,
-// payload, scheduled_for.  Copies into the current memory context.
+// Columns 1-7 of a drain query: ctid, id, category, object_identifier,
+// payload, scheduled_for, scheduled_for > scheduled_from.  Copies into the current memory context.
 static void fill_row(DrainRow *row, HeapTuple tuple, TupleDesc desc) {
     bool isnull;
     row->ctid = *(ItemPointer)DatumGetPointer(SPI_getbinval(tuple, desc, 1, &isnull));
@@ -392,6 +371,7 @@ static void fill_row(DrainRow *row, HeapTuple tuple, TupleDesc desc) {
     Datum payload = SPI_getbinval(tuple, desc, 5, &isnull);
     row->payload = isnull ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
     row->scheduled_for = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
+    row->backed_off = DatumGetBool(SPI_getbinval(tuple, desc, 7, &isnull));
 }
 
 void read_shard(DrainShard *shard, MemoryContext context) {
@@ -399,8 +379,8 @@ void read_shard(DrainShard *shard, MemoryContext context) {
     Oid types[3];
     Datum args[3];
     int n = shard_condition(shard, &where, types, args);
-    char *sql = psprintf("SELECT ctid, id, category, object_identifier, payload, scheduled_for"
-                         " FROM %s WHERE %s ORDER BY id",
+    char *sql = psprintf("SELECT ctid, id, category, object_identifier, payload, scheduled_for,"
+                         " scheduled_for > scheduled_from FROM %s WHERE %s ORDER BY id",
                          outbox_name(shard->silo), where);
     SPI_execute_with_args(sql, n, types, args, nullptr, true, 0);
     MemoryContext old = MemoryContextSwitchTo(context);
@@ -420,14 +400,20 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
         " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
         " ORDER BY oldest LIMIT $1)"
         " SELECT o.ctid, o.id, o.category, o.object_identifier, o.payload, o.scheduled_for,"
-        " o.shard_scope, o.shard_identifier, %s"
+        " o.scheduled_for > o.scheduled_from, o.shard_scope, o.shard_identifier, %s"
         " FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
         key, outbox_name(silo), key, control ? "o.cell_name" : "NULL::text", outbox_name(silo), key,
         control ? "o.shard_scope, o.shard_identifier, o.cell_name"
                 : "o.shard_scope, o.shard_identifier");
     Oid types[1] = {INT4OID};
     Datum args[1] = {Int32GetDatum(max_shards)};
+    // The rows are sorted by shard and id in one go: give the sort memory
+    // rather than spill it.
+    int level = NewGUCNestLevel();
+    (void)set_config_option("work_mem", "65536", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
+                            0, false);
     SPI_execute_with_args(sql, 1, types, args, nullptr, true, 0);
+    AtEOXact_GUC(true, level);
 
     MemoryContext old = MemoryContextSwitchTo(context);
     uint64 n = SPI_processed;
@@ -438,9 +424,9 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
     for (uint64 i = 0; i < n; i++) {
         HeapTuple tuple = SPI_tuptable->vals[i];
         bool isnull;
-        int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 7, &isnull));
-        int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 8, &isnull));
-        char *cell = control ? SPI_getvalue(tuple, desc, 9) : nullptr;
+        int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 8, &isnull));
+        int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 9, &isnull));
+        char *cell = control ? SPI_getvalue(tuple, desc, 10) : nullptr;
         DrainShard *shard = nshards > 0 ? &shards[nshards - 1] : nullptr;
         if (shard == nullptr || shard->shard_scope != scope ||
             shard->shard_identifier != identifier ||

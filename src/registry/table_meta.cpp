@@ -24,7 +24,8 @@ bool is_outbox_relation(const Registry *registry, Oid relid) {
 
 static void invalidate_callback(Datum, Oid relid) {
     bool everything = relid == InvalidOid || relid == registry.registry_relid ||
-                      relid == registry.cells_relid || is_outbox_relation(&registry, relid);
+                      relid == registry.cells_relid || relid == registry.handlers_relid ||
+                      is_outbox_relation(&registry, relid);
     if (everything)
         registry.valid = false;
     if (table_cache == nullptr)
@@ -135,18 +136,38 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
     table_close(rel, AccessShareLock);
 }
 
-static void load_cells() {
+// Cells and handlers, read as the extension's owner.
+static void load_cells_and_handlers() {
     SPI_connect();
     pg::PrivilegedScope scope;
     pg::privileged_begin(&scope);
     SPI_execute("SELECT name FROM outbox.cells ORDER BY name", true, 0);
-    pg::privileged_end(&scope);
     registry.ncells = (int)SPI_processed;
     registry.cells = (const char **)MemoryContextAllocZero(
         registry.context, sizeof(char *) * Max(registry.ncells, 1));
     for (int i = 0; i < registry.ncells; i++)
         registry.cells[i] = MemoryContextStrdup(
             registry.context, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    registry.message_type =
+        GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
+                        ObjectIdGetDatum(outbox_namespace()));
+    if (OidIsValid(get_relname_relid("handlers", outbox_namespace()))) {
+        SPI_execute("SELECT category, handler::pg_catalog.oid FROM outbox.handlers", true, 0);
+        registry.nhandlers = (int)SPI_processed;
+        registry.handler_categories = (int32 *)MemoryContextAllocZero(
+            registry.context, sizeof(int32) * Max(registry.nhandlers, 1));
+        registry.handlers = (FmgrInfo *)MemoryContextAllocZero(
+            registry.context, sizeof(FmgrInfo) * Max(registry.nhandlers, 1));
+        for (int i = 0; i < registry.nhandlers; i++) {
+            bool isnull;
+            HeapTuple row = SPI_tuptable->vals[i];
+            registry.handler_categories[i] =
+                DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+            fmgr_info_cxt(DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull)),
+                          &registry.handlers[i], registry.context);
+        }
+    }
+    pg::privileged_end(&scope);
     SPI_finish();
 }
 
@@ -164,10 +185,11 @@ const Registry *registry_get() {
     Oid nsp = outbox_namespace();
     registry.registry_relid = get_relname_relid("registered_tables", nsp);
     registry.cells_relid = get_relname_relid("cells", nsp);
+    registry.handlers_relid = get_relname_relid("handlers", nsp);
     load_outbox_table(&registry.cell_outbox, "cell_outbox", "cell_outbox_id_seq", 9);
     load_outbox_table(&registry.control_outbox, "control_outbox", "control_outbox_id_seq", 10);
     MemoryContextSwitchTo(old);
-    load_cells();
+    load_cells_and_handlers();
     // Set last: an error above leaves the registry invalid, to be rebuilt.
     registry.valid = true;
     return &registry;

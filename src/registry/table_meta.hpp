@@ -69,14 +69,20 @@ struct Registry {
     MemoryContext context;
     Oid registry_relid; // outbox.registered_tables
     Oid cells_relid;    // outbox.cells
+    Oid handlers_relid; // outbox.handlers
     OutboxTable cell_outbox;
     OutboxTable control_outbox;
     int ncells;
     const char **cells; // registered cells, sorted
+    int nhandlers;      // outbox.handlers (0.3.0 and later)
+    int32 *handler_categories;
+    FmgrInfo *handlers;
+    Oid message_type; // outbox.message, or InvalidOid before 0.3.0
 };
 
 // Both return entries valid until the next call of either.
 bool is_outbox_relation(const Registry *registry, Oid relid);
+
 const Registry *registry_get();
 const TableMeta *table_meta_get(Relation rel);
 

@@ -117,7 +117,8 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
     return ok;
 }
 
-int64 drain_silo(Silo silo) {
+// Rows of the shards drained; *delivered counts messages handed to handlers.
+int64 drain_silo(Silo silo, int64 *delivered) {
     DrainShard *shards = nullptr;
     int nshards = 0;
     in_transaction(
@@ -136,6 +137,7 @@ int64 drain_silo(Silo silo) {
                     drain_claimed(shard, true, &stats);
             },
             nullptr);
+        *delivered += stats.messages;
         SpinLockAcquire(&worker_shared->mutex);
         worker_shared->shards_drained += stats.shards;
         worker_shared->messages_delivered += stats.messages;
@@ -228,7 +230,9 @@ void backfill(int64 budget) {
     }
 }
 
-void cycle() {
+// Returns whether it delivered anything (then the next cycle starts at
+// once: under load the worker does not nap between full cycles).
+bool cycle() {
     MemoryContextReset(cycle_context);
     MemoryContext old = MemoryContextSwitchTo(cycle_context);
     TimestampTz start = GetCurrentTimestamp();
@@ -237,10 +241,11 @@ void cycle() {
     SpinLockRelease(&worker_shared->mutex);
 
     int64 scheduled = 0;
+    int64 delivered = 0;
     if (silo_mode != SILO_MODE_CONTROL)
-        scheduled += drain_silo(Silo::Cell);
+        scheduled += drain_silo(Silo::Cell, &delivered);
     if (silo_mode != SILO_MODE_CELL)
-        scheduled += drain_silo(Silo::Control);
+        scheduled += drain_silo(Silo::Control, &delivered);
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.
@@ -259,6 +264,7 @@ void cycle() {
     worker_shared->backfill_budget_left = Max((int64)backfill_rate_per_minute - window_used, 0);
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
+    return delivered > 0;
 }
 
 } // namespace
@@ -301,15 +307,17 @@ void outbox_worker_main(Datum) {
     cycle_context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox worker cycle", ALLOCSET_DEFAULT_SIZES);
     ereport(LOG, (errmsg("pg_outbox worker started on database \"%s\"", database_name)));
+    bool busy = false;
     for (;;) {
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, naptime_ms,
-                        PG_WAIT_EXTENSION);
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
+                        busy ? 0 : naptime_ms, PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
         }
+        busy = false;
         if (!worker_enabled)
             continue;
         // No extension in this database yet: nothing to do until it is.
@@ -318,6 +326,6 @@ void outbox_worker_main(Datum) {
             "pg_outbox: checking the extension",
             [&] { installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
         if (installed)
-            cycle();
+            busy = cycle();
     }
 }
