@@ -360,18 +360,36 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
     return delivered;
 }
 
-// Columns 1-7 of a drain query: ctid, id, category, object_identifier,
-// payload, scheduled_for, scheduled_for > scheduled_from.  Copies into the current memory context.
-static void fill_row(DrainRow *row, HeapTuple tuple, TupleDesc desc) {
-    bool isnull;
-    row->ctid = *(ItemPointer)DatumGetPointer(SPI_getbinval(tuple, desc, 1, &isnull));
-    row->id = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
-    row->category = DatumGetInt32(SPI_getbinval(tuple, desc, 3, &isnull));
-    row->object_identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 4, &isnull));
-    Datum payload = SPI_getbinval(tuple, desc, 5, &isnull);
-    row->payload = isnull ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
-    row->scheduled_for = DatumGetTimestampTz(SPI_getbinval(tuple, desc, 6, &isnull));
-    row->backed_off = DatumGetBool(SPI_getbinval(tuple, desc, 7, &isnull));
+// Columns of a drain query: ctid, id, category, object_identifier,
+// scheduled_for, scheduled_for > scheduled_from, shard_scope,
+// shard_identifier, cell_name, payload (variable-width columns last).
+enum DrainColumn {
+    DC_CTID,
+    DC_ID,
+    DC_CATEGORY,
+    DC_OBJECT,
+    DC_SCHEDULED_FOR,
+    DC_BACKED_OFF,
+    DC_SCOPE,
+    DC_SHARD,
+    DC_CELL,
+    DC_PAYLOAD,
+    DC_COUNT
+};
+static const char *drain_columns =
+    "o.ctid, o.id, o.category, o.object_identifier, o.scheduled_for,"
+    " o.scheduled_for > o.scheduled_from, o.shard_scope, o.shard_identifier, %s, o.payload";
+
+// One row, deformed once; copies into the current memory context.
+static void fill_row(DrainRow *row, const Datum *values, const bool *nulls) {
+    row->ctid = *(ItemPointer)DatumGetPointer(values[DC_CTID]);
+    row->id = DatumGetInt64(values[DC_ID]);
+    row->category = DatumGetInt32(values[DC_CATEGORY]);
+    row->object_identifier = DatumGetInt64(values[DC_OBJECT]);
+    row->scheduled_for = DatumGetTimestampTz(values[DC_SCHEDULED_FOR]);
+    row->backed_off = DatumGetBool(values[DC_BACKED_OFF]);
+    row->payload =
+        nulls[DC_PAYLOAD] ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(values[DC_PAYLOAD]));
 }
 
 void read_shard(DrainShard *shard, MemoryContext context) {
@@ -379,15 +397,18 @@ void read_shard(DrainShard *shard, MemoryContext context) {
     Oid types[3];
     Datum args[3];
     int n = shard_condition(shard, &where, types, args);
-    char *sql = psprintf("SELECT ctid, id, category, object_identifier, payload, scheduled_for,"
-                         " scheduled_for > scheduled_from FROM %s WHERE %s ORDER BY id",
-                         outbox_name(shard->silo), where);
+    char *sql = psprintf("SELECT %s FROM %s o WHERE %s ORDER BY o.id",
+                         psprintf(drain_columns, "NULL::text"), outbox_name(shard->silo), where);
     SPI_execute_with_args(sql, n, types, args, nullptr, true, 0);
     MemoryContext old = MemoryContextSwitchTo(context);
     shard->nrows = (int)SPI_processed;
     shard->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(shard->nrows, 1));
-    for (int i = 0; i < shard->nrows; i++)
-        fill_row(&shard->rows[i], SPI_tuptable->vals[i], SPI_tuptable->tupdesc);
+    Datum values[DC_COUNT];
+    bool nulls[DC_COUNT];
+    for (int i = 0; i < shard->nrows; i++) {
+        heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, nulls);
+        fill_row(&shard->rows[i], values, nulls);
+    }
     MemoryContextSwitchTo(old);
 }
 
@@ -399,10 +420,9 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
         "WITH due AS (SELECT %s, pg_catalog.min(scheduled_for) AS oldest FROM %s"
         " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
         " ORDER BY oldest LIMIT $1)"
-        " SELECT o.ctid, o.id, o.category, o.object_identifier, o.payload, o.scheduled_for,"
-        " o.scheduled_for > o.scheduled_from, o.shard_scope, o.shard_identifier, %s"
-        " FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
-        key, outbox_name(silo), key, control ? "o.cell_name" : "NULL::text", outbox_name(silo), key,
+        " SELECT %s FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
+        key, outbox_name(silo), key,
+        psprintf(drain_columns, control ? "o.cell_name" : "NULL::text"), outbox_name(silo), key,
         control ? "o.shard_scope, o.shard_identifier, o.cell_name"
                 : "o.shard_scope, o.shard_identifier");
     Oid types[1] = {INT4OID};
@@ -422,11 +442,12 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
     int nshards = 0;
     TupleDesc desc = SPI_tuptable->tupdesc;
     for (uint64 i = 0; i < n; i++) {
-        HeapTuple tuple = SPI_tuptable->vals[i];
-        bool isnull;
-        int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 8, &isnull));
-        int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 9, &isnull));
-        char *cell = control ? SPI_getvalue(tuple, desc, 10) : nullptr;
+        Datum values[DC_COUNT];
+        bool nulls[DC_COUNT];
+        heap_deform_tuple(SPI_tuptable->vals[i], desc, values, nulls);
+        int32 scope = DatumGetInt32(values[DC_SCOPE]);
+        int64 identifier = DatumGetInt64(values[DC_SHARD]);
+        char *cell = control ? TextDatumGetCString(values[DC_CELL]) : nullptr;
         DrainShard *shard = nshards > 0 ? &shards[nshards - 1] : nullptr;
         if (shard == nullptr || shard->shard_scope != scope ||
             shard->shard_identifier != identifier ||
@@ -439,7 +460,7 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
             shard->rows = &rows[i];
             shard->nrows = 0;
         }
-        fill_row(&shard->rows[shard->nrows++], tuple, desc);
+        fill_row(&shard->rows[shard->nrows++], values, nulls);
     }
     MemoryContextSwitchTo(old);
     *result = shards;

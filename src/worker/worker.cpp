@@ -298,6 +298,10 @@ void outbox_worker_main(Datum) {
     pqsignal(SIGTERM, die);
     BackgroundWorkerUnblockSignals();
     BackgroundWorkerInitializeConnection(database_name, nullptr, 0);
+    // A shard's transaction commits its deletions; losing that commit in a
+    // crash only delivers the messages again (handlers are idempotent), so
+    // the worker does not wait for its WAL to reach disk.
+    SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
 
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->pid = MyProcPid;
