@@ -51,11 +51,17 @@ void flush_pending() {
                 superseded = true;
         if (superseded)
             continue;
-        std::string value = format_cursor(write->cursor);
+        // No C++ exception may leave a commit callback: format into a buffer.
+        char value[64];
+        try {
+            strlcpy(value, format_cursor(write->cursor).c_str(), sizeof value);
+        } catch (...) {
+            continue; // out of memory: the batch will simply be done again
+        }
         redis::Error error;
         volatile bool ok = false;
         PG_TRY();
-        { ok = redis::set(write->redis_key, value.c_str(), &error); }
+        { ok = redis::set(write->redis_key, value, &error); }
         PG_CATCH();
         {
             FlushErrorState();
@@ -64,8 +70,8 @@ void flush_pending() {
         PG_END_TRY();
         if (!ok)
             ereport(WARNING,
-                    (errmsg("backfill cursor %s was not moved to %s: %s", write->redis_key,
-                            value.c_str(), error.message),
+                    (errmsg("backfill cursor %s was not moved to %s: %s", write->redis_key, value,
+                            error.message),
                      errdetail("The batch committed; it will be backfilled again from the old "
                                "cursor (no row is skipped).")));
     }
