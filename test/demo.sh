@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The newcomer's demo: builds and installs pg_outbox, starts a throwaway
 # PostgreSQL (preloading pg_outbox) and Redis, registers a table, writes to
-# it and shows the outbox rows capture wrote, then opens a version gate and
-# backfills the existing rows with the cursor in Redis; then stops
+# it and shows the outbox rows capture wrote, lets the background worker
+# replicate them through a handler into a replica table, then opens a version
+# gate and the worker backfills existing rows (cursor in Redis); then stops
 # everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -11,7 +12,7 @@ trap cluster_stop EXIT
 echo "== building and installing pg_outbox"
 install_extension "$root"
 redis_start
-cluster_start
+cluster_start "outbox.database_name = postgres" "outbox.naptime = 200"
 echo "== PostgreSQL on port $PGPORT, Redis on port $REDIS_PORT"
 psql -X -v ON_ERROR_STOP=1 -e <<'SQL'
 CREATE EXTENSION pg_outbox;
@@ -39,21 +40,39 @@ SELECT id, shard_scope, shard_identifier, category, object_identifier, payload
 -- Shard depth: what the drain will see.
 SELECT shard_identifier, count(*) AS depth FROM outbox.cell_outbox
  GROUP BY 1 ORDER BY 2 DESC;
--- A backfill: existing rows get outbox rows too.  Code first (coded
--- version 2): nothing runs while the gate (an option) is closed.
-TRUNCATE outbox.cell_outbox;
-SELECT outbox.set_replication_version('organization_member', 2);
+-- The background worker drains the outbox through a handler: here it
+-- replicates organization_member into a replica table.
+CREATE TABLE organization_member_replica (LIKE organization_member);
+CREATE FUNCTION replicate_member(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    -- Idempotent, and reads current state: the row may have changed or be gone.
+    DELETE FROM organization_member_replica WHERE id = msg.object_identifier;
+    INSERT INTO organization_member_replica
+    SELECT * FROM organization_member WHERE id = msg.object_identifier;
+END $$;
+SELECT outbox.register_handler('ORGANIZATION_MEMBER_UPDATE', 'replicate_member(outbox.message)');
+SELECT pg_sleep(1.5);
+SELECT * FROM organization_member_replica ORDER BY id;
+SELECT count(*) AS left_in_outbox FROM outbox.cell_outbox;
+SELECT pid, backend_type FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker';
+
+-- A backfill: rows that predate capture (here: written while the table was
+-- not registered, as after a replica was reset) reach the replica once the
+-- coded version is raised and its gate (an option) opened.
+SELECT outbox.unregister_table('organization_member');
+INSERT INTO organization_member (organization_id, email)
+SELECT 1 + g % 3, 'old' || g || '@example.com' FROM generate_series(1, 5) g;
+SELECT outbox.register_table('organization_member', 'ORGANIZATION_MEMBER_UPDATE',
+                             shard_column => 'organization_id', payload_columns => '{email}');
+SELECT outbox.set_replication_version('organization_member', 2);   -- code first
 SELECT outbox.find_replication_version('organization_member') AS effective_before_gate;
-SELECT outbox.backfill_outboxes_for('cell') AS backfilled_while_closed;
--- Open the gate; batches walk the table by id, the cursor lives in Redis.
+SELECT pg_sleep(1);
+SELECT count(*) AS replica_rows_while_gate_closed FROM organization_member_replica;
 SELECT outbox.set_option('outbox_replication.organization_member.replication_version', '2');
 SELECT outbox.find_replication_version('organization_member') AS effective_after_gate;
-SELECT * FROM outbox.process_backfill_batch('organization_member', 2);
-SELECT * FROM outbox.get_processing_state('organization_member');
--- What the worker does each cycle, until there is nothing left:
-DO $$ BEGIN WHILE outbox.backfill_outboxes_for('cell') LOOP END LOOP; END $$;
+SELECT pg_sleep(2);
+SELECT count(*) AS replica_rows_after_backfill FROM organization_member_replica;
 SELECT * FROM outbox.get_processing_state('organization_member');   -- complete: (0, coded + 1)
-SELECT object_identifier, payload FROM outbox.cell_outbox ORDER BY id;
 SQL
 echo "== the cursor in Redis: $(redis-cli -p "$REDIS_PORT" GET outbox_backfill.organization_member)"
 echo "== done; the throwaway server and Redis are stopped"

@@ -6,12 +6,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cluster.sh"
 trap cluster_stop EXIT
-failures=0
-check() {
-    local description=$1
-    shift
-    if "$@"; then echo "ok - $description"; else echo "not ok - $description"; failures=$((failures + 1)); fi
-}
+source "$root/test/check.sh"
 q() { psql -X -q -tA "$@" 2>&1; }
 
 redis_start
@@ -41,5 +36,4 @@ cluster_start "max_worker_processes = 0"
 sleep 0.5
 check "too few max_worker_processes: the log says so" grep -q "too many background workers" "$CLUSTER_DIR/server.log"
 check "and that is fixed by raising max_worker_processes" grep -q "max_worker_processes" "$CLUSTER_DIR/server.log"
-echo "no_preload: $failures failed"
-exit $((failures > 0))
+checks_done no_preload

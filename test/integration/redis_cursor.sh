@@ -9,12 +9,7 @@ trap 'kill -CONT $REDIS_PID 2>/dev/null; cluster_stop' EXIT
 redis_start
 cluster_start
 
-failures=0
-check() { # check DESCRIPTION COMMAND...
-    local description=$1
-    shift
-    if "$@"; then echo "ok - $description"; else echo "not ok - $description"; failures=$((failures + 1)); fi
-}
+source "$root/test/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 key=outbox_backfill.orgs
@@ -149,5 +144,4 @@ out=$(q -c "SELECT * FROM outbox.get_processing_state('orgs')")
 check "a wrong password: Redis's error, not the password" bash -c "grep -qi 'WRONGPASS\|invalid password' <<<'$out' && ! grep -q wrong-pw <<<'$out'"
 check "the password is never in the server log" bash -c "! grep -q -e s3cret -e wrong-pw '$CLUSTER_DIR/server.log'"
 
-echo "redis_cursor: $failures failed"
-exit $((failures > 0))
+checks_done redis_cursor

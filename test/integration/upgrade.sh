@@ -8,12 +8,7 @@ trap cluster_stop EXIT
 redis_start
 cluster_start
 
-failures=0
-check() {
-    local description=$1
-    shift
-    if "$@"; then echo "ok - $description"; else echo "not ok - $description"; failures=$((failures + 1)); fi
-}
+source "$root/test/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 # Every object of the extension, described.
 objects() {
@@ -57,5 +52,4 @@ SQL
     got=$(q -d "$db" -c "SELECT rows_written FROM outbox.process_backfill_batch('t', 10, true)")
     check "$version -> $latest: backfill works after the update ($got)" [ "$got" = 2 ]
 done
-echo "upgrade: $failures failed"
-exit $((failures > 0))
+checks_done upgrade

@@ -13,12 +13,7 @@ redis_start
 cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 100000000" \
     "outbox.database_name = postgres"
 
-failures=0
-check() {
-    local description=$1
-    shift
-    if "$@"; then echo "ok - $description"; else echo "not ok - $description"; failures=$((failures + 1)); fi
-}
+source "$root/test/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 # wait_for SECONDS SQL EXPECTED: polls until SQL returns EXPECTED.
 wait_for() {
@@ -76,17 +71,45 @@ echo "  backfill of $((ROWS + 990)) rows took $((SECONDS - start)) s"
 check "the cursor is complete" wait_for 10 \
     "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('member')" "0,3"
 
-# Again, at version 3, while the worker is SIGKILLed once and Redis is
+# SIGHUP reloads its settings: switched off, it leaves new rows alone;
+# switched on again, it drains them.
+q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+q -c "UPDATE member SET email = 'while off' WHERE id = 5" >/dev/null
+sleep 1
+check "reloaded worker_enabled = off: rows wait" [ "$(q -c "SELECT count(*) FROM outbox.cell_outbox")" = 1 ]
+q -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
+check "reloaded worker_enabled = on: drained" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
+
+# SIGTERM mid-backfill: a large batch is running when pg_terminate_backend
+# arrives; the worker is gone within a second and comes back.
+q -c "SELECT outbox.set_replication_version('member', 3)" \
+  -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '3')" >/dev/null
+for _ in $(seq 50); do
+    [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND query = 'pg_outbox: backfilling' AND state = 'active'") == 1 ]] && break
+    sleep 0.05
+done
+pid=$(worker_pid)
+start_ns=$(date +%s%N)
+q -c "SELECT pg_terminate_backend($pid)" >/dev/null
+until [[ $(q -c "SELECT count(*) FROM pg_stat_activity WHERE pid = $pid") == 0 ]]; do sleep 0.02; done
+ms=$((($(date +%s%N) - start_ns) / 1000000))
+check "SIGTERM mid-backfill: gone in $ms ms" [ "$ms" -lt 1000 ]
+check "and back" wait_for 10 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" 1
+
+# Again, at version 4, while the worker is SIGKILLed once and Redis is
 # stopped and restarted once.  Nothing may be missing at the end.
-q -c "TRUNCATE member_replica" -c "SELECT outbox.set_replication_version('member', 3)" >/dev/null
+check "the version-3 backfill completes" wait_for 120 \
+    "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('member')" "0,4"
+q -c "TRUNCATE member_replica" -c "SELECT outbox.set_replication_version('member', 4)" >/dev/null
 pid=$(worker_pid)
 kill -KILL "$pid"
 kill "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null
 check "a killed worker is restarted (the postmaster reinitializes)" wait_for 30 \
     "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND pid <> $pid" 1
-q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '3')" \
-  -c "INSERT INTO member VALUES (1, 1, 'written while Redis was down')" >/dev/null
-check "capture works with Redis down" [ "$(q -c "SELECT count(*) FROM member WHERE id = 1")" = 1 ]
+q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '4')" \
+  -c "INSERT INTO member VALUES (995, 1, 'written while Redis was down')" >/dev/null
+check "capture works with Redis down" [ "$(q -c "SELECT count(*) FROM member WHERE id = 995")" = 1 ]
 sleep 6
 paused=$(grep -c 'backfill paused' "$CLUSTER_DIR/server.log")
 check "the outage is logged once, not every cycle ($paused)" [ "$paused" = 1 ]
@@ -104,5 +127,4 @@ check "and comes back" wait_for 10 \
     "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" 1
 check "wake_worker() wakes it" [ "$(q -c "SELECT outbox.wake_worker()")" = t ]
 
-echo "worker: $failures failed"
-exit $((failures > 0))
+checks_done worker
