@@ -76,9 +76,13 @@ CREATE TABLE outbox.options (
 --     transaction that read the rows.
 -- The outbox is meant to be shallow (it is drained continuously); a deep
 -- backlog costs scans of a partition, never anything on the write path.
--- id comes from a sequence without cache, so within a shard ids follow the
--- order in which changes were written; nothing looks a row up by id alone.
-CREATE SEQUENCE outbox.cell_outbox_id_seq;
+-- id comes from a sequence without cache that capture advances a block at a
+-- time (one nextval per 1,000 rows of a statement): within a shard, ids
+-- follow the order in which changes to an object were written, because the
+-- second of two statements changing the same row reserves its block only
+-- after the first has committed (src/capture/outbox_writer.cpp).  Nothing
+-- looks a row up by id alone.
+CREATE SEQUENCE outbox.cell_outbox_id_seq INCREMENT BY 1000;
 CREATE TABLE outbox.cell_outbox (
     id                bigint      NOT NULL DEFAULT nextval('outbox.cell_outbox_id_seq'),
     shard_scope       int         NOT NULL,
@@ -92,7 +96,7 @@ CREATE TABLE outbox.cell_outbox (
 ) PARTITION BY HASH (shard_identifier);
 ALTER SEQUENCE outbox.cell_outbox_id_seq OWNED BY outbox.cell_outbox.id;
 
-CREATE SEQUENCE outbox.control_outbox_id_seq;
+CREATE SEQUENCE outbox.control_outbox_id_seq INCREMENT BY 1000;
 CREATE TABLE outbox.control_outbox (
     id                bigint      NOT NULL DEFAULT nextval('outbox.control_outbox_id_seq'),
     shard_scope       int         NOT NULL,

@@ -179,3 +179,21 @@ CREATE TRIGGER a_move BEFORE UPDATE ON moved_by_trigger FOR EACH ROW EXECUTE FUN
 UPDATE moved_by_trigger SET note = 'moved by a trigger';
 SELECT shard_identifier AS shard, object_identifier AS object
   FROM outbox.cell_outbox WHERE category = 8 ORDER BY id;
+
+-- Ids follow the order of changes to an object, also across sessions: a
+-- statement that waited for another's row lock reserves its ids after the
+-- other committed, even when it started first.
+TRUNCATE outbox.cell_outbox;
+SELECT dblink_connect('other', 'dbname=' || current_database());
+BEGIN;
+UPDATE moved_by_trigger SET note = 'first' WHERE id = 1;
+SELECT dblink_send_query('other', 'UPDATE moved_by_trigger SET note = ''second'' WHERE id = 1');
+SELECT pg_sleep(0.2);
+COMMIT;
+SELECT * FROM dblink_get_result('other') AS r(status text);
+SELECT dblink_disconnect('other');
+SELECT note FROM moved_by_trigger WHERE id = 1;
+-- The newest outbox row of the object is the second session's.
+SELECT object_identifier, shard_identifier,
+       rank() OVER (PARTITION BY object_identifier, shard_identifier ORDER BY id) AS change
+  FROM outbox.cell_outbox WHERE object_identifier = 1 ORDER BY id;

@@ -32,6 +32,8 @@ struct PartitionBuffer {
 struct OutboxWriter {
     const Registry *registry;
     MemoryContext context;
+    int64 next_id[2]; // ids reserved by the last nextval, by silo
+    int64 ids_left[2];
     TupleDesc desc[2];           // cell, control
     PartitionBuffer *buffers[2]; // by remainder
 };
@@ -92,7 +94,16 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
     Datum values[COL_COUNT];
     bool nulls[COL_COUNT] = {false};
     TimestampTz now = GetCurrentTransactionStartTimestamp();
-    values[COL_ID] = Int64GetDatum(nextval_internal(table->sequence, false));
+    // One nextval reserves a block of ids (the sequence increments by
+    // id_block).  Ids still follow the order of changes to an object: two
+    // statements that change the same row are serialized by its row lock,
+    // and the second reserves its block after the first has committed.
+    if (writer->ids_left[silo] == 0) {
+        writer->next_id[silo] = nextval_internal(table->sequence, false);
+        writer->ids_left[silo] = table->id_block;
+    }
+    values[COL_ID] = Int64GetDatum(writer->next_id[silo]++);
+    writer->ids_left[silo]--;
     values[COL_SHARD_SCOPE] = Int32GetDatum(row->shard_scope);
     values[COL_SHARD_IDENTIFIER] = Int64GetDatum(row->shard_identifier);
     values[COL_CATEGORY] = Int32GetDatum(row->category);

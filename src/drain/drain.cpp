@@ -416,15 +416,15 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
     bool control = silo == Silo::Control;
     const char *key =
         control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
-    char *sql = psprintf(
-        "WITH due AS (SELECT %s, pg_catalog.min(scheduled_for) AS oldest FROM %s"
-        " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
-        " ORDER BY oldest LIMIT $1)"
-        " SELECT %s FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
-        key, outbox_name(silo), key,
-        psprintf(drain_columns, control ? "o.cell_name" : "NULL::text"), outbox_name(silo), key,
-        control ? "o.shard_scope, o.shard_identifier, o.cell_name"
-                : "o.shard_scope, o.shard_identifier");
+    char *sql = psprintf("WITH due AS (SELECT %s, pg_catalog.min(scheduled_for) AS oldest FROM %s"
+                         " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
+                         " ORDER BY oldest LIMIT $1)"
+                         " SELECT %s FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
+                         key, outbox_name(silo), key,
+                         psprintf(drain_columns, control ? "o.cell_name" : "NULL::text"),
+                         outbox_name(silo), key,
+                         control ? "o.shard_scope, o.shard_identifier, o.cell_name"
+                                 : "o.shard_scope, o.shard_identifier");
     Oid types[1] = {INT4OID};
     Datum args[1] = {Int32GetDatum(max_shards)};
     // The rows are sorted by shard and id in one go: give the sort memory

@@ -2,6 +2,10 @@
 
 #include "pg/privileged.hpp"
 
+extern "C" {
+#include "catalog/pg_sequence.h"
+}
+
 namespace pgoutbox {
 
 static Registry registry;
@@ -110,6 +114,11 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
                         errhint("Reinstall the extension: DROP EXTENSION pg_outbox; "
                                 "CREATE EXTENSION pg_outbox.")));
     table->natts = expected_natts;
+    HeapTuple sequence_tuple = SearchSysCache1(SEQRELID, ObjectIdGetDatum(table->sequence));
+    if (!HeapTupleIsValid(sequence_tuple))
+        storage_altered(name, "Its id sequence is missing.");
+    table->id_block = Max(((Form_pg_sequence)GETSTRUCT(sequence_tuple))->seqincrement, 1);
+    ReleaseSysCache(sequence_tuple);
 
     Relation rel = table_open(table->relid, AccessShareLock);
     if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)

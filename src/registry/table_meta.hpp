@@ -57,6 +57,7 @@ struct OutboxPartition {
 struct OutboxTable {
     Oid relid; // the partitioned parent
     Oid sequence;
+    int64 id_block; // the sequence's increment: ids a nextval reserves
     int natts;
     FmgrInfo hash_function; // the partition key's extended hash support function
     Oid hash_collation;

@@ -60,16 +60,18 @@ after=$(fingerprint dst)
 echo "restored state matches ($after)"
 
 # Capture works in the restored database, ids continue after the old ones.
+cell_max=$(q -d dst -c "SELECT max(id) FROM outbox.cell_outbox")
+control_max=$(q -d dst -c "SELECT max(id) FROM outbox.control_outbox")
 q -d dst <<'SQL'
 INSERT INTO orgs VALUES (11, 7, 'after restore');
 UPDATE tokens SET cell = 'us' WHERE id = 2;
 INSERT INTO parts VALUES (160);
 TRUNCATE parts_1;
 SQL
-got=$(q -d dst -c "SELECT count(*) FROM outbox.cell_outbox WHERE object_identifier = 11 AND shard_identifier = 7 AND category = 4 AND payload = '{\"name\": \"after restore\"}' AND id > 12")
+got=$(q -d dst -c "SELECT count(*) FROM outbox.cell_outbox WHERE object_identifier = 11 AND shard_identifier = 7 AND category = 4 AND payload = '{\"name\": \"after restore\"}' AND id > $cell_max")
 [[ $got == 1 ]] || fail "no outbox row for the insert after restore ($got)"
-got=$(q -d dst -c "SELECT string_agg(cell_name, ',' ORDER BY cell_name) FROM outbox.control_outbox WHERE object_identifier = 2 AND id > 2")
+got=$(q -d dst -c "SELECT string_agg(cell_name, ',' ORDER BY cell_name) FROM outbox.control_outbox WHERE object_identifier = 2 AND id > $control_max")
 [[ $got == "de,us" ]] || fail "control capture after restore wrote '$got'"
-got=$(q -d dst -c "SELECT string_agg(object_identifier::text, ',' ORDER BY id) FROM outbox.cell_outbox WHERE category = 4 AND object_identifier IN (1, 160) AND shard_identifier = object_identifier AND id > 12")
+got=$(q -d dst -c "SELECT string_agg(object_identifier::text, ',' ORDER BY id) FROM outbox.cell_outbox WHERE category = 4 AND object_identifier IN (1, 160) AND shard_identifier = object_identifier AND id > $cell_max")
 [[ $got == "160,1" ]] || fail "partition capture after restore wrote '$got'"
 echo "capture works after restore"
