@@ -3,6 +3,7 @@
 #include "pg/postgres.hpp"
 
 #include "settings.hpp"
+#include "stats/stats.hpp"
 #include "worker/worker.hpp"
 
 extern "C" {
@@ -36,6 +37,7 @@ char *database_name = nullptr;
 bool worker_enabled = true;
 int naptime_ms = 1000;
 bool self_hosted = false;
+int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
 
 static const struct config_enum_entry cursor_store_options[] = {
     {"redis", CURSOR_STORE_REDIS, false},
@@ -119,7 +121,14 @@ void _PG_init(void) {
         "outbox.self_hosted", "The worker backfills to the coded versions, options ignored.",
         nullptr, &self_hosted, false, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 
+    DefineCustomIntVariable("outbox.metrics_top_shards",
+                            "Deepest shards outbox.metrics() reports one by one.",
+                            "Totals cover every shard whatever this is.", &metrics_top_shards, 20,
+                            0, 10000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+
     MarkGUCPrefixReserved("outbox");
-    if (process_shared_preload_libraries_in_progress)
+    if (process_shared_preload_libraries_in_progress) {
+        stats_register_shmem();
         register_worker();
+    }
 }

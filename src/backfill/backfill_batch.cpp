@@ -10,6 +10,7 @@
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 #include "pg/privileged.hpp"
+#include "stats/stats.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
@@ -243,6 +244,7 @@ OUTBOX_FUNCTION(process_backfill_batch) {
     BatchPlan plan = finish_plan(low, start->version, up, reg.coded_version);
     int64 written = plan.count > 0 && has_rows ? write_rows(reg, table, plan.low, plan.up) : 0;
     cursor_write(reg.table_key, plan.next);
+    stats_count_backfill(reg.category, written);
     pg::privileged_end(&scope);
     SPI_finish();
 

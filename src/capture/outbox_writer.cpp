@@ -1,5 +1,7 @@
 #include "capture/outbox_writer.hpp"
 
+#include "stats/stats.hpp"
+
 namespace pgoutbox {
 
 namespace {
@@ -36,6 +38,10 @@ struct OutboxWriter {
     int64 ids_left[2];
     TupleDesc desc[2];           // cell, control
     PartitionBuffer *buffers[2]; // by remainder
+    // Rows written of the latest category, for outbox.stats (a statement
+    // writes rows of one category, so one count per statement).
+    int32 counted_category;
+    int64 counted_rows;
 };
 
 static const OutboxTable *table_of(const Registry *registry, int silo) {
@@ -102,6 +108,12 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
         writer->next_id[silo] = nextval_internal(table->sequence, false);
         writer->ids_left[silo] = table->id_block;
     }
+    if (row->category != writer->counted_category) {
+        stats_count_saved(writer->counted_category, writer->counted_rows);
+        writer->counted_category = row->category;
+        writer->counted_rows = 0;
+    }
+    writer->counted_rows++;
     values[COL_ID] = Int64GetDatum(writer->next_id[silo]++);
     writer->ids_left[silo]--;
     values[COL_SHARD_SCOPE] = Int32GetDatum(row->shard_scope);
@@ -136,6 +148,7 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
 }
 
 void outbox_writer_finish(OutboxWriter *writer) {
+    stats_count_saved(writer->counted_category, writer->counted_rows);
     for (int silo = 0; silo < 2; silo++) {
         if (writer->buffers[silo] == nullptr)
             continue;

@@ -1,20 +1,38 @@
 // SQL entry points over the cursor store: outbox._cursor_get(table_key) and
 // outbox._cursor_set(table_key, lower_bound, version), behind
-// get_processing_state / set_processing_state (which check the arguments).
+// get_processing_state / set_processing_state (which check the arguments),
+// and outbox._cursor_peek(table_key), behind outbox.backfill_status.
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 
 using namespace pgoutbox;
 
+namespace {
+
+// (lower_bound, version), or two NULLs for no cursor.
+Datum cursor_datum(FunctionCallInfo fcinfo, const Cursor *cursor) {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "pg_outbox: cursor functions must return a composite");
+    Datum values[2] = {cursor ? Int64GetDatum(cursor->lower_bound) : (Datum)0,
+                       cursor ? Int32GetDatum(cursor->version) : (Datum)0};
+    bool nulls[2] = {cursor == nullptr, cursor == nullptr};
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}
+
+} // namespace
+
 OUTBOX_FUNCTION(cursor_get) {
     char *table_key = text_to_cstring(PG_GETARG_TEXT_PP(0));
     Cursor cursor = cursor_read(table_key);
-    TupleDesc desc;
-    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
-        elog(ERROR, "pg_outbox: _cursor_get must return a composite");
-    Datum values[2] = {Int64GetDatum(cursor.lower_bound), Int32GetDatum(cursor.version)};
-    bool nulls[2] = {false, false};
-    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+    return cursor_datum(fcinfo, &cursor);
+}
+
+OUTBOX_FUNCTION(cursor_peek) {
+    char *table_key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    Cursor cursor;
+    bool found = cursor_peek(table_key, &cursor);
+    return cursor_datum(fcinfo, found ? &cursor : nullptr);
 }
 
 OUTBOX_FUNCTION(cursor_set) {

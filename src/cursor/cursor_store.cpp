@@ -220,6 +220,21 @@ Cursor cursor_read(const char *table_key) {
     return parse_or_error(psprintf("at Redis key \"%s\"", key), value);
 }
 
+bool cursor_peek(const char *table_key, Cursor *cursor) {
+    if (cursor_store == CURSOR_STORE_TABLE)
+        return table_read(table_key, cursor);
+    char *key = redis_key_for(table_key);
+    if (const PendingWrite *write = latest_pending(key)) {
+        *cursor = write->cursor;
+        return true;
+    }
+    char *value = redis::get_or_error(key);
+    if (value == nullptr)
+        return false;
+    *cursor = parse_or_error(psprintf("at Redis key \"%s\"", key), value);
+    return true;
+}
+
 void cursor_write(const char *table_key, const Cursor &cursor) {
     if (cursor_store == CURSOR_STORE_TABLE)
         table_write(table_key, cursor);

@@ -19,6 +19,11 @@ namespace pgoutbox {
 // a cursor; it is never reset silently.
 Cursor cursor_read(const char *table_key);
 
+// The cursor of table_key as stored, without creating a missing one (false):
+// monitoring reads cursors, and a read-only transaction (or a standby) must
+// be able to.
+bool cursor_peek(const char *table_key, Cursor *cursor);
+
 void cursor_write(const char *table_key, const Cursor &cursor);
 
 } // namespace pgoutbox

@@ -5,6 +5,7 @@
 
 #include "pg/guard.hpp"
 #include "settings.hpp"
+#include "stats/stats.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -98,6 +99,7 @@ struct Message {
     int nrows;
     int32 category;
     int64 object_identifier;
+    TimestampTz oldest_added; // for the delivery lag
 };
 
 struct MessageKey {
@@ -128,9 +130,10 @@ int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
         auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
         if (!found) {
             entry->message = n;
-            messages[n++] = Message{i, i, 0, row->category, row->object_identifier};
+            messages[n++] = Message{i, i, 0, row->category, row->object_identifier, row->date_added};
         }
         Message *message = &messages[entry->message];
+        message->oldest_added = Min(message->oldest_added, row->date_added);
         message->newest = i; // rows are in id order
         message->nrows++;
         row_message[i] = entry->message;
@@ -328,8 +331,12 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
             continue; // no handler: the message stays, visible
         if (!call_handler(handler, message_datum(shard, &messages[m], desc), &error)) {
             failed = &messages[m];
+            stats_count_handler_error(failed->category);
             break;
         }
+        stats_count_delivered(messages[m].category, messages[m].oldest_added,
+                              GetCurrentTimestamp());
+        stats_count_processed(messages[m].category, messages[m].nrows);
         CommandCounterIncrement();
         message_delivered[m] = true;
         delivered++;
@@ -361,7 +368,7 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
 }
 
 // Columns of a drain query: ctid, id, category, object_identifier,
-// scheduled_for, scheduled_for > scheduled_from, shard_scope,
+// scheduled_for, scheduled_for > scheduled_from, date_added, shard_scope,
 // shard_identifier, cell_name, payload (variable-width columns last).
 enum DrainColumn {
     DC_CTID,
@@ -370,6 +377,7 @@ enum DrainColumn {
     DC_OBJECT,
     DC_SCHEDULED_FOR,
     DC_BACKED_OFF,
+    DC_DATE_ADDED,
     DC_SCOPE,
     DC_SHARD,
     DC_CELL,
@@ -378,7 +386,8 @@ enum DrainColumn {
 };
 static const char *drain_columns =
     "o.ctid, o.id, o.category, o.object_identifier, o.scheduled_for,"
-    " o.scheduled_for > o.scheduled_from, o.shard_scope, o.shard_identifier, %s, o.payload";
+    " o.scheduled_for > o.scheduled_from, o.date_added, o.shard_scope, o.shard_identifier, %s,"
+    " o.payload";
 
 // One row, deformed once; copies into the current memory context.
 static void fill_row(DrainRow *row, const Datum *values, const bool *nulls) {
@@ -388,6 +397,7 @@ static void fill_row(DrainRow *row, const Datum *values, const bool *nulls) {
     row->object_identifier = DatumGetInt64(values[DC_OBJECT]);
     row->scheduled_for = DatumGetTimestampTz(values[DC_SCHEDULED_FOR]);
     row->backed_off = DatumGetBool(values[DC_BACKED_OFF]);
+    row->date_added = DatumGetTimestampTz(values[DC_DATE_ADDED]);
     row->payload =
         nulls[DC_PAYLOAD] ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(values[DC_PAYLOAD]));
 }

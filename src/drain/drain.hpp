@@ -37,6 +37,7 @@ struct DrainRow {
     int64 object_identifier;
     Datum payload; // jsonb, 0 for NULL
     TimestampTz scheduled_for;
+    TimestampTz date_added;
     bool backed_off; // scheduled_for > scheduled_from: a failure was recorded
 };
 

@@ -77,8 +77,17 @@ int backfill_pause_ms = 0;
 
 MemoryContext cycle_context = nullptr;
 
+// For outbox.worker_status.
+void record_error(const char *message) {
+    SpinLockAcquire(&worker_shared->mutex);
+    strlcpy(worker_shared->last_error, message ? message : "", sizeof worker_shared->last_error);
+    worker_shared->last_error_at = GetCurrentTimestamp();
+    SpinLockRelease(&worker_shared->mutex);
+}
+
 void report_error(const char *what, ErrorData *edata) {
     ereport(LOG, (errmsg("pg_outbox worker: %s failed: %s", what, edata->message)));
+    record_error(psprintf("%s failed: %s", what, edata->message));
 }
 
 // Runs one unit of work in its own transaction; returns false (after logging
@@ -209,6 +218,7 @@ void backfill(int64 budget) {
             if (!backfill_paused)
                 ereport(LOG, (errmsg("pg_outbox worker: backfill paused: %s", error->message),
                               errdetail("Retried with a growing pause; logged once per outage.")));
+            record_error(psprintf("backfill paused: %s", error->message));
             backfill_paused = true;
             backfill_pause_ms = Min(Max(backfill_pause_ms * 2, 1000), 60000);
             backfill_retry_at =
@@ -262,9 +272,18 @@ bool cycle() {
     worker_shared->last_cycle_end = GetCurrentTimestamp();
     worker_shared->rows_scheduled += scheduled;
     worker_shared->backfill_budget_left = Max((int64)backfill_rate_per_minute - window_used, 0);
+    worker_shared->backfill_paused = backfill_paused;
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
     return delivered > 0;
+}
+
+// The worker is gone: outbox.worker_status shows it stopped.
+void forget_pid(int, Datum) {
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->pid = 0;
+    worker_shared->latch = nullptr;
+    SpinLockRelease(&worker_shared->mutex);
 }
 
 } // namespace
@@ -307,6 +326,7 @@ void outbox_worker_main(Datum) {
     worker_shared->pid = MyProcPid;
     worker_shared->latch = MyLatch;
     SpinLockRelease(&worker_shared->mutex);
+    before_shmem_exit(forget_pid, 0);
 
     cycle_context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox worker cycle", ALLOCSET_DEFAULT_SIZES);

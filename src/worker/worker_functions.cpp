@@ -1,5 +1,7 @@
-// SQL entry points that need the worker: outbox.wake_worker().
+// SQL entry points over the worker's shared state: outbox.wake_worker() and
+// outbox._worker_status() (behind the view outbox.worker_status).
 #include "pg/guard.hpp"
+#include "settings.hpp"
 #include "worker/worker.hpp"
 
 using namespace pgoutbox;
@@ -17,4 +19,50 @@ OUTBOX_FUNCTION(wake_worker) {
     if (running && latch != nullptr)
         SetLatch(latch);
     PG_RETURN_BOOL(running);
+}
+
+// One row, always: without the preload the state says so and the rest is
+// NULL, so monitoring never fails on it.
+OUTBOX_FUNCTION(worker_status) {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "pg_outbox: _worker_status must return a composite");
+    enum { STATE, PID, DATABASE, CYCLE_START, CYCLE_END, SHARDS, MESSAGES, SCHEDULED, BACKFILLED,
+           BUDGET, PAUSED, ERROR_TEXT, ERROR_AT, NCOLUMNS };
+    Datum values[NCOLUMNS];
+    bool nulls[NCOLUMNS];
+    for (int i = 0; i < NCOLUMNS; i++)
+        nulls[i] = true;
+    if (worker_shared == nullptr) {
+        values[STATE] = CStringGetTextDatum("not_preloaded");
+        nulls[STATE] = false;
+        return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+    }
+    WorkerShared copy;
+    SpinLockAcquire(&worker_shared->mutex);
+    copy = *worker_shared;
+    SpinLockRelease(&worker_shared->mutex);
+    const char *state = copy.pid != 0 ? (worker_enabled ? "running" : "disabled") : "stopped";
+    for (int i = 0; i < NCOLUMNS; i++)
+        nulls[i] = false;
+    values[STATE] = CStringGetTextDatum(state);
+    values[PID] = Int32GetDatum(copy.pid);
+    nulls[PID] = copy.pid == 0;
+    values[DATABASE] = CStringGetTextDatum(database_name);
+    values[CYCLE_START] = TimestampTzGetDatum(copy.last_cycle_start);
+    nulls[CYCLE_START] = copy.last_cycle_start == 0;
+    values[CYCLE_END] = TimestampTzGetDatum(copy.last_cycle_end);
+    nulls[CYCLE_END] = copy.last_cycle_end == 0;
+    values[SHARDS] = Int64GetDatum(copy.shards_drained);
+    values[MESSAGES] = Int64GetDatum(copy.messages_delivered);
+    values[SCHEDULED] = Int64GetDatum(copy.rows_scheduled);
+    values[BACKFILLED] = Int64GetDatum(copy.rows_backfilled);
+    values[BUDGET] = Int64GetDatum(copy.backfill_budget_left);
+    nulls[BUDGET] = copy.last_cycle_end == 0;
+    values[PAUSED] = BoolGetDatum(copy.backfill_paused);
+    values[ERROR_TEXT] = CStringGetTextDatum(copy.last_error);
+    nulls[ERROR_TEXT] = copy.last_error_at == 0;
+    values[ERROR_AT] = TimestampTzGetDatum(copy.last_error_at);
+    nulls[ERROR_AT] = copy.last_error_at == 0;
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }

@@ -29,6 +29,13 @@ q -c "SELECT outbox.set_replication_version('t', 2)" >/dev/null
 check "backfill works without preload" [ "$(q -c "SELECT rows_written FROM outbox.process_backfill_batch('t', 10, true)")" = 2 ]
 out=$(q -c "SELECT outbox.wake_worker()")
 check "worker-only functions fail with a hint" bash -c "grep -q 'the pg_outbox worker is not available' <<<'$out' && grep -q 'HINT:  Add pg_outbox to shared_preload_libraries' <<<'$out'"
+check "worker_status says not_preloaded" [ "$(q -c "SELECT state FROM outbox.worker_status")" = not_preloaded ]
+out=$(q -c "SELECT * FROM outbox.stats")
+check "stats need the preload, and say so" bash -c "grep -q 'statistics need pg_outbox in shared_preload_libraries' <<<'$out'"
+q -c "SELECT outbox.metrics()" >"$CLUSTER_DIR/metrics.txt"
+check "metrics() works without the counters" bash -c "grep -q '^pg_outbox_depth{silo=\"cell\"} 2$' $CLUSTER_DIR/metrics.txt && grep -q '^pg_outbox_worker_up 0$' $CLUSTER_DIR/metrics.txt && ! grep -q pg_outbox_rows_saved_total $CLUSTER_DIR/metrics.txt"
+got=$(q -c "SELECT (SELECT count(*) FROM outbox.shard_depth) || ' ' || (SELECT state FROM outbox.backfill_status)")
+check "shard_depth and backfill_status work ($got)" [ "$got" = "2 awaiting_option" ]
 check "no worker runs" [ "$(q -c "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'")" = 0 ]
 cluster_stop
 

@@ -55,6 +55,12 @@ same="SELECT (SELECT md5(string_agg(m::text, ',' ORDER BY id)) FROM member m) IS
 check "live changes are replicated" wait_for 30 "$same" t
 check "and the outbox is empty" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
 
+# What the monitoring shows after that: 1,020 rows saved (1,000 inserts, 10
+# updates, 10 deletes), all processed; the worker's own totals.
+check "stats: 1020 saved and processed, lag measured" [ "$(q -c "SELECT saved || ',' || processed || ',' || (delivered BETWEEN 1000 AND 1020) || ',' || (lag_p50 <= lag_p99 AND lag_max < interval '30 seconds') FROM outbox.stats WHERE category_name = 'MEMBER_UPDATE'")" = "1020,1020,true,true" ]
+check "worker_status: running, with totals" [ "$(q -c "SELECT state || ',' || (pid = (SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker')) || ',' || (shards_drained >= 100) || ',' || (messages_delivered BETWEEN 1000 AND 1020) || ',' || (rows_scheduled >= 1020) || ',' || (last_cycle_end > now() - interval '10 seconds') || ',' || backfill_paused FROM outbox.worker_status")" = "running,true,true,true,true,true,false" ]
+check "metrics: the worker is up" bash -c "psql -X -tA -c 'SELECT outbox.metrics()' | grep -qx 'pg_outbox_worker_up 1'"
+
 # Existing rows that never went through capture (as after a replica reset),
 # then a new coded version and the gate opened: the worker backfills them.
 q -c "TRUNCATE member_replica" >/dev/null
@@ -70,6 +76,8 @@ check "opening the gate backfills $ROWS rows into the replica" wait_for 300 "$sa
 echo "  backfill of $((ROWS + 990)) rows took $((SECONDS - start)) s"
 check "the cursor is complete" wait_for 10 \
     "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('member')" "0,3"
+check "backfill_status: complete" [ "$(q -c "SELECT state || ',' || fraction_done FROM outbox.backfill_status")" = "complete,1" ]
+check "stats: every row backfilled once, in batches" [ "$(q -c "SELECT (backfilled = $ROWS + 990) || ',' || (backfill_batches > 1) FROM outbox.stats WHERE category = 1")" = "true,true" ]
 
 # SIGHUP reloads its settings: switched off, it leaves new rows alone;
 # switched on again, it drains them.
@@ -113,10 +121,15 @@ check "capture works with Redis down" [ "$(q -c "SELECT count(*) FROM member WHE
 sleep 6
 paused=$(grep -c 'backfill paused' "$CLUSTER_DIR/server.log")
 check "the outage is logged once, not every cycle ($paused)" [ "$paused" = 1 ]
+check "worker_status: backfill paused, the error shown" [ "$(q -c "SELECT backfill_paused || ',' || (last_error LIKE 'backfill paused: %Redis%') FROM outbox.worker_status")" = "true,true" ]
+check "backfill_status: cursor unavailable, no error" [ "$(q -c "SELECT state FROM outbox.backfill_status")" = cursor_unavailable ]
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
 REDIS_PID=$!
 check "after all that, nothing is missing" wait_for 300 "$same" t
 check "and the resumption is logged" grep -q 'backfill resumed' "$CLUSTER_DIR/server.log"
+check "worker_status: no longer paused" wait_for 10 "SELECT backfill_paused FROM outbox.worker_status" f
+q -c "SELECT outbox.stats_reset()" >/dev/null
+check "stats_reset() zeroes the counters and the worker's totals" [ "$(q -c "SELECT (SELECT saved + processed FROM outbox.stats WHERE category = 1) || ',' || (SELECT rows_backfilled + shards_drained FROM outbox.worker_status) || ',' || (SELECT last_error IS NULL FROM outbox.worker_status)")" = "0,0,true" ]
 
 # pg_terminate_backend: gone within a second, back soon after.
 pid=$(worker_pid)

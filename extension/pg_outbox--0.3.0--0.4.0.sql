@@ -1,0 +1,361 @@
+-- pg_outbox 0.4.0: monitoring.  Views of shard depth, backfill progress,
+-- counters and the worker; Prometheus metrics; read access for pg_monitor.
+\echo Use "ALTER EXTENSION pg_outbox UPDATE TO '0.4.0'" to load this file. \quit
+
+------------------------------------------------------------------------------
+-- Shard depth
+------------------------------------------------------------------------------
+-- One aggregate over each outbox.  The outboxes have no index (capture is
+-- cheaper without one), so this reads every row: 1,000,000 queued rows take
+-- about 200 ms (bench/monitoring).  Partition-wise aggregation keeps each
+-- hash table to one partition's shards, and work_mem keeps it in memory.
+CREATE FUNCTION outbox._shard_depth()
+RETURNS TABLE (silo text, shard_scope int, shard_identifier bigint, cell_name text, depth bigint,
+               oldest_date_added timestamptz, next_scheduled_for timestamptz)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+SET enable_partitionwise_aggregate = on
+SET work_mem = '64MB'
+AS $$
+    SELECT 'cell', o.shard_scope, o.shard_identifier, NULL::text, count(*), min(o.date_added),
+           min(o.scheduled_for)
+      FROM outbox.cell_outbox o
+     GROUP BY o.shard_scope, o.shard_identifier
+    UNION ALL
+    SELECT 'control', o.shard_scope, o.shard_identifier, o.cell_name, count(*), min(o.date_added),
+           min(o.scheduled_for)
+      FROM outbox.control_outbox o
+     GROUP BY o.shard_scope, o.shard_identifier, o.cell_name
+$$;
+
+-- Deepest first: a hot shard (say, a backfill that piled thousands of rows
+-- onto one organisation) comes out on top.  attempts, last_error and
+-- last_error_at are those of the shard's current run of failures.
+CREATE VIEW outbox.shard_depth AS
+SELECT d.silo, d.shard_scope, d.shard_identifier, d.cell_name, d.depth, d.oldest_date_added,
+       d.next_scheduled_for, e.last_error, e.last_error_at, coalesce(e.attempts, 0) AS attempts
+  FROM outbox._shard_depth() d
+  LEFT JOIN outbox.shard_errors e
+    ON e.silo = d.silo AND e.shard_scope = d.shard_scope
+   AND e.shard_identifier = d.shard_identifier AND e.cell_name = coalesce(d.cell_name, '')
+ ORDER BY d.depth DESC, d.next_scheduled_for, d.silo, d.shard_scope, d.shard_identifier,
+          d.cell_name;
+
+------------------------------------------------------------------------------
+-- Backfill status
+------------------------------------------------------------------------------
+-- The cursor as stored, or NULLs when there is none yet; never creates one
+-- (a monitoring read must work in a read-only transaction).
+CREATE FUNCTION outbox._cursor_peek(table_key text, OUT lower_bound bigint, OUT version int)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'cursor_peek';
+
+-- One row per registered table.  The state follows Sentry's batch planning
+-- (SPEC section 3) with a missing cursor read as [0, 1]:
+--   complete          cursor version > coded version;
+--   awaiting_option   cursor version > effective version: the gate is below
+--                     it, nothing runs (a rolled-back gate stops here);
+--   pending           the next batch starts from the beginning;
+--   in_progress       the next batch continues from cursor_lower_bound;
+--   cursor_unavailable  the cursor could not be read (Redis down, or a value
+--                     that is not a cursor).  After a connection failure the
+--                     other tables are not tried again: one timeout, not one
+--                     per table.
+-- fraction_done is the share of the id range [min(id), max(id)] below the
+-- cursor: 0 before a walk starts, 1 when complete.
+CREATE FUNCTION outbox._backfill_status()
+RETURNS TABLE (table_key text, relation regclass, silo text, coded_version int,
+               option_version int, effective_version int, cursor_lower_bound bigint,
+               cursor_version int, max_id bigint, fraction_done float8, state text)
+LANGUAGE plpgsql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    min_id bigint;
+    store_down boolean := false;
+    readable boolean;
+    lower bigint;
+    version int;
+BEGIN
+    FOR r IN SELECT t.table_key, t.relid, t.silo, t.replication_version
+               FROM outbox.registered_tables t ORDER BY t.table_key LOOP
+        table_key := r.table_key;
+        relation := r.relid;
+        silo := r.silo;
+        coded_version := r.replication_version;
+        option_version := outbox.get_option(
+            format('outbox_replication.%s.replication_version', r.table_key))::int;
+        effective_version := outbox.find_replication_version(
+            r.relid, current_setting('outbox.self_hosted')::boolean);
+        EXECUTE format('SELECT min(t.id)::bigint, max(t.id)::bigint FROM %s t', r.relid)
+            INTO min_id, max_id;
+        cursor_lower_bound := NULL;
+        cursor_version := NULL;
+        readable := NOT store_down;
+        IF readable THEN
+            BEGIN
+                SELECT c.lower_bound, c.version INTO cursor_lower_bound, cursor_version
+                  FROM outbox._cursor_peek(r.table_key) c;
+            EXCEPTION
+                WHEN connection_exception THEN
+                    store_down := true;
+                    readable := false;
+                WHEN data_corrupted THEN
+                    readable := false;
+            END;
+        END IF;
+        lower := coalesce(cursor_lower_bound, 0);
+        version := coalesce(cursor_version, 1);
+        state := CASE
+            WHEN NOT readable THEN 'cursor_unavailable'
+            WHEN version > coded_version THEN 'complete'
+            WHEN version > effective_version THEN 'awaiting_option'
+            WHEN version < effective_version OR lower = 0 THEN 'pending'
+            ELSE 'in_progress' END;
+        fraction_done := CASE
+            WHEN NOT readable THEN NULL
+            WHEN state = 'complete' THEN 1
+            WHEN state = 'pending' OR lower = 0 OR max_id IS NULL THEN 0
+            ELSE least(greatest((lower - min_id)::float8 / (max_id - min_id + 1), 0), 1) END;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+CREATE VIEW outbox.backfill_status AS
+SELECT * FROM outbox._backfill_status();
+
+------------------------------------------------------------------------------
+-- Counters (shared memory: needs shared_preload_libraries)
+------------------------------------------------------------------------------
+CREATE FUNCTION outbox._stats()
+RETURNS TABLE (category int, saved bigint, backfilled bigint, backfill_batches bigint,
+               delivered bigint, processed bigint, handler_errors bigint, lag_p50 interval,
+               lag_p99 interval, lag_max interval, last_delivery_at timestamptz,
+               stats_reset timestamptz)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'stats_rows';
+
+CREATE FUNCTION outbox._stats_untracked() RETURNS bigint
+    LANGUAGE c AS 'MODULE_PATHNAME', 'stats_untracked';
+
+CREATE FUNCTION outbox._stats_reset(keep int[]) RETURNS void STRICT
+    LANGUAGE c AS 'MODULE_PATHNAME', 'stats_reset_all';
+
+-- Zeroes this database's counters, forgets categories no longer registered,
+-- and zeroes the worker's totals.
+CREATE FUNCTION outbox.stats_reset() RETURNS void
+LANGUAGE sql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT outbox._stats_reset(ARRAY(SELECT c.id FROM outbox.categories c))
+$$;
+
+-- One row per category, registered or counted.  saved: outbox rows written
+-- by capture; backfilled, backfill_batches: by backfill; delivered: messages
+-- handed to handlers; processed: outbox rows deleted after delivery;
+-- handler_errors: failed handler calls; lag: from an outbox row's
+-- date_added to its message's delivery (p50 and p99 within 12.5%).
+-- stats_reset: when counting began (first count, or the last reset).
+CREATE VIEW outbox.stats AS
+SELECT coalesce(c.id, s.category) AS category, c.name AS category_name,
+       coalesce(s.saved, 0) AS saved, coalesce(s.backfilled, 0) AS backfilled,
+       coalesce(s.backfill_batches, 0) AS backfill_batches,
+       coalesce(s.delivered, 0) AS delivered, coalesce(s.processed, 0) AS processed,
+       coalesce(s.handler_errors, 0) AS handler_errors, s.lag_p50, s.lag_p99, s.lag_max,
+       s.last_delivery_at, s.stats_reset
+  FROM outbox.categories c
+  FULL JOIN outbox._stats() s ON s.category = c.id
+ ORDER BY 1;
+
+------------------------------------------------------------------------------
+-- The background worker
+------------------------------------------------------------------------------
+-- state: running, disabled (outbox.worker_enabled = off), stopped (not
+-- running now: starting, restarting after a crash, or too few
+-- max_worker_processes) or not_preloaded (no worker without
+-- shared_preload_libraries).  Totals since the server started or the last
+-- outbox.stats_reset(); last_error is the last failure the worker logged.
+CREATE FUNCTION outbox._worker_status(OUT state text, OUT pid int, OUT database text,
+    OUT last_cycle_start timestamptz, OUT last_cycle_end timestamptz, OUT shards_drained bigint,
+    OUT messages_delivered bigint, OUT rows_scheduled bigint, OUT rows_backfilled bigint,
+    OUT backfill_budget_left bigint, OUT backfill_paused boolean, OUT last_error text,
+    OUT last_error_at timestamptz)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'worker_status';
+
+CREATE VIEW outbox.worker_status AS
+SELECT * FROM outbox._worker_status();
+
+------------------------------------------------------------------------------
+-- Prometheus
+------------------------------------------------------------------------------
+-- A label value in the text exposition format: quoted, with \, " and
+-- newlines escaped.
+CREATE FUNCTION outbox._prometheus_label(value text) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT '"' || replace(replace(replace(coalesce(value, ''), E'\\', E'\\\\'), '"', E'\\"'),
+                          E'\n', E'\\n') || '"'
+$$;
+
+-- The text exposition format (version 0.0.4) of pg_outbox's state: the
+-- counters of outbox.stats (when preloaded), the depth of the
+-- outbox.metrics_top_shards deepest shards, totals per silo, each table's
+-- backfill cursor (Sentry's backfill_outboxes.low_bound) and the worker.
+-- Reads the views, so whoever may read them may scrape.
+CREATE FUNCTION outbox.metrics() RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    worker outbox.worker_status;
+    with_stats boolean;
+BEGIN
+    SELECT * INTO worker FROM outbox.worker_status;
+    -- Without the preload there are no counters (outbox.stats raises an
+    -- ERROR); the rest is still reported.  A false parameter here is a
+    -- one-time filter: the stats scan is not run at all.
+    with_stats := worker.state <> 'not_preloaded';
+    RETURN coalesce((
+    WITH depth AS MATERIALIZED (SELECT * FROM outbox.shard_depth),
+         totals AS (
+            SELECT s.silo, coalesce(sum(d.depth), 0) AS rows, count(d.depth) AS shards,
+                   coalesce(extract(epoch FROM now() - min(d.oldest_date_added)), 0) AS oldest,
+                   count(*) FILTER (WHERE d.attempts > 0) AS failing
+              FROM (VALUES ('cell'), ('control')) AS s(silo)
+              LEFT JOIN depth d ON d.silo = s.silo
+             GROUP BY s.silo),
+         -- pos orders samples within a family (then their labels).
+         samples(ord, family, type, help, labels, value, pos) AS (
+            SELECT m.ord, m.family, m.type, m.help,
+                   format('category=%s,category_name=%s',
+                          outbox._prometheus_label(s.category::text),
+                          outbox._prometheus_label(s.category_name)) || m.labels,
+                   m.value, s.category::bigint
+              FROM outbox.stats s
+             CROSS JOIN LATERAL (VALUES
+                (1, 'pg_outbox_rows_saved_total', 'counter', 'Outbox rows written by capture.',
+                 '', s.saved::text),
+                (2, 'pg_outbox_rows_backfilled_total', 'counter',
+                 'Outbox rows written by backfill.', '', s.backfilled::text),
+                (3, 'pg_outbox_backfill_batches_total', 'counter', 'Backfill batches committed.',
+                 '', s.backfill_batches::text),
+                (4, 'pg_outbox_messages_delivered_total', 'counter',
+                 'Messages handed to handlers.', '', s.delivered::text),
+                (5, 'pg_outbox_rows_processed_total', 'counter',
+                 'Outbox rows deleted after delivery.', '', s.processed::text),
+                (6, 'pg_outbox_handler_errors_total', 'counter', 'Handler calls that failed.',
+                 '', s.handler_errors::text),
+                (7, 'pg_outbox_delivery_lag_seconds', 'gauge',
+                 'Delivery lag (outbox row added to delivery) since the last reset.',
+                 ',quantile="0.5"', extract(epoch FROM s.lag_p50)::text),
+                (7, 'pg_outbox_delivery_lag_seconds', 'gauge', '', ',quantile="0.99"',
+                 extract(epoch FROM s.lag_p99)::text),
+                (7, 'pg_outbox_delivery_lag_seconds', 'gauge', '', ',quantile="1"',
+                 extract(epoch FROM s.lag_max)::text),
+                (8, 'pg_outbox_last_delivery_timestamp_seconds', 'gauge',
+                 'When a message of the category was last delivered.', '',
+                 extract(epoch FROM s.last_delivery_at)::text)
+             ) AS m(ord, family, type, help, labels, value)
+             WHERE with_stats
+            UNION ALL
+            SELECT 9, 'pg_outbox_stats_untracked_total', 'counter',
+                   'Counts dropped because every statistics slot was taken.', '',
+                   outbox._stats_untracked()::text, 0::bigint
+             WHERE with_stats
+            UNION ALL
+            SELECT 10, 'pg_outbox_shard_depth', 'gauge',
+                   'Outbox rows of the deepest shards (outbox.metrics_top_shards of them).',
+                   format('silo=%s,shard_scope=%s,shard_identifier=%s,cell_name=%s',
+                          outbox._prometheus_label(d.silo),
+                          outbox._prometheus_label(d.shard_scope::text),
+                          outbox._prometheus_label(d.shard_identifier::text),
+                          outbox._prometheus_label(d.cell_name)),
+                   d.depth::text, d.pos
+              FROM (SELECT *, row_number() OVER (ORDER BY depth DESC, next_scheduled_for, silo,
+                                                 shard_scope, shard_identifier, cell_name) AS pos
+                      FROM depth ORDER BY pos
+                     LIMIT current_setting('outbox.metrics_top_shards')::int) d
+            UNION ALL
+            SELECT v.ord, v.family, 'gauge', v.help, 'silo=' || outbox._prometheus_label(t.silo),
+                   v.value, 0::bigint
+              FROM totals t
+             CROSS JOIN LATERAL (VALUES
+                (11, 'pg_outbox_depth', 'Outbox rows waiting, all shards.', t.rows::text),
+                (12, 'pg_outbox_shards', 'Shards with rows waiting.', t.shards::text),
+                (13, 'pg_outbox_oldest_age_seconds', 'Age of the oldest waiting outbox row.',
+                 t.oldest::text),
+                (14, 'pg_outbox_shards_failing', 'Shards backed off after a handler error.',
+                 t.failing::text)
+             ) AS v(ord, family, help, value)
+            UNION ALL
+            SELECT v.ord, v.family, 'gauge', v.help,
+                   'table_key=' || outbox._prometheus_label(b.table_key) || v.labels, v.value,
+                   0::bigint
+              FROM outbox.backfill_status b
+             CROSS JOIN LATERAL (VALUES
+                (20, 'pg_outbox_backfill_low_bound',
+                 'Backfill cursor lower bound (Sentry''s backfill_outboxes.low_bound).', '',
+                 b.cursor_lower_bound::text),
+                (21, 'pg_outbox_backfill_version', 'Backfill cursor version.', '',
+                 b.cursor_version::text),
+                (22, 'pg_outbox_backfill_fraction_done', 'Share of the table''s ids backfilled.',
+                 '', b.fraction_done::text),
+                (23, 'pg_outbox_backfill_state', 'Backfill state (1 for the current one).',
+                 ',state=' || outbox._prometheus_label(b.state), '1')
+             ) AS v(ord, family, help, labels, value)
+            UNION ALL
+            SELECT v.ord, v.family, v.type, v.help, '', v.value, 0::bigint
+              FROM (VALUES
+                (30, 'pg_outbox_worker_up', 'gauge', 'Whether the background worker is running.',
+                 (worker.state = 'running')::int::text),
+                (31, 'pg_outbox_worker_last_cycle_end_timestamp_seconds', 'gauge',
+                 'When the worker last finished a cycle.',
+                 extract(epoch FROM worker.last_cycle_end)::text),
+                (32, 'pg_outbox_worker_shards_drained_total', 'counter',
+                 'Shards the worker drained.', worker.shards_drained::text),
+                (33, 'pg_outbox_worker_rows_scheduled_total', 'counter',
+                 'Outbox rows of the shards the worker drained.', worker.rows_scheduled::text),
+                (34, 'pg_outbox_worker_rows_backfilled_total', 'counter',
+                 'Ids the worker backfilled.', worker.rows_backfilled::text),
+                (35, 'pg_outbox_worker_backfill_budget_left', 'gauge',
+                 'Backfill budget left in the current minute.',
+                 worker.backfill_budget_left::text),
+                (36, 'pg_outbox_worker_backfill_paused', 'gauge',
+                 'Whether the backfill is paused by a cursor store failure.',
+                 worker.backfill_paused::int::text)
+             ) AS v(ord, family, type, help, value))
+    SELECT string_agg(f.block, '' ORDER BY f.ord)
+      FROM (SELECT m.ord,
+                   format(E'# HELP %s %s\n# TYPE %s %s\n', m.family,
+                          max(m.help) FILTER (WHERE m.help <> ''), m.family, m.type)
+                   || string_agg(m.family || CASE WHEN m.labels = '' THEN ''
+                                 ELSE '{' || m.labels || '}' END || ' ' || m.value || E'\n', ''
+                                 ORDER BY m.pos, m.labels) AS block
+              FROM samples m
+             WHERE m.value IS NOT NULL
+             GROUP BY m.ord, m.family, m.type) f), '');
+END
+$$;
+
+------------------------------------------------------------------------------
+-- Privileges
+------------------------------------------------------------------------------
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p
+               WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname <> '_in_logical_apply' LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END
+$$;
+
+-- pg_monitor reads; it cannot reset, drain, open gates or change anything.
+GRANT USAGE ON SCHEMA outbox TO pg_monitor;
+GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status
+    TO pg_monitor;
+GRANT EXECUTE ON FUNCTION outbox._shard_depth(), outbox._backfill_status(), outbox._stats(),
+    outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
+    outbox.metrics() TO pg_monitor;
