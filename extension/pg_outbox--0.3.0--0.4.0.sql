@@ -5,41 +5,24 @@
 ------------------------------------------------------------------------------
 -- Shard depth
 ------------------------------------------------------------------------------
--- One aggregate over each outbox.  The outboxes have no index (capture is
--- cheaper without one), so this reads every row: 1,000,000 queued rows take
--- about 200 ms (bench/monitoring).  Partition-wise aggregation keeps each
--- hash table to one partition's shards, and work_mem keeps it in memory.
-CREATE FUNCTION outbox._shard_depth()
+-- One row per shard with rows, deepest first: a hot shard (say, a backfill
+-- that piled thousands of rows onto one organisation) comes out on top.
+-- attempts, last_error and last_error_at are those of the shard's current
+-- run of failures.  Reads every outbox row (the outboxes have no index):
+-- about 1.5x a count(*) of them (bench/monitoring).
+-- top limits the shards returned (NULL: all); with_totals adds a row per
+-- silo with NULL shard columns, as a ROLLUP would (depth: its rows,
+-- attempts: its failing shards, shards: its shards).
+CREATE FUNCTION outbox._shard_depth(top bigint, with_totals boolean)
 RETURNS TABLE (silo text, shard_scope int, shard_identifier bigint, cell_name text, depth bigint,
-               oldest_date_added timestamptz, next_scheduled_for timestamptz)
-LANGUAGE sql STABLE SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-SET enable_partitionwise_aggregate = on
-SET work_mem = '64MB'
-AS $$
-    SELECT 'cell', o.shard_scope, o.shard_identifier, NULL::text, count(*), min(o.date_added),
-           min(o.scheduled_for)
-      FROM outbox.cell_outbox o
-     GROUP BY o.shard_scope, o.shard_identifier
-    UNION ALL
-    SELECT 'control', o.shard_scope, o.shard_identifier, o.cell_name, count(*), min(o.date_added),
-           min(o.scheduled_for)
-      FROM outbox.control_outbox o
-     GROUP BY o.shard_scope, o.shard_identifier, o.cell_name
-$$;
+               oldest_date_added timestamptz, next_scheduled_for timestamptz, last_error text,
+               last_error_at timestamptz, attempts int, shards bigint)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_depth';
 
--- Deepest first: a hot shard (say, a backfill that piled thousands of rows
--- onto one organisation) comes out on top.  attempts, last_error and
--- last_error_at are those of the shard's current run of failures.
 CREATE VIEW outbox.shard_depth AS
 SELECT d.silo, d.shard_scope, d.shard_identifier, d.cell_name, d.depth, d.oldest_date_added,
-       d.next_scheduled_for, e.last_error, e.last_error_at, coalesce(e.attempts, 0) AS attempts
-  FROM outbox._shard_depth() d
-  LEFT JOIN outbox.shard_errors e
-    ON e.silo = d.silo AND e.shard_scope = d.shard_scope
-   AND e.shard_identifier = d.shard_identifier AND e.cell_name = coalesce(d.cell_name, '')
- ORDER BY d.depth DESC, d.next_scheduled_for, d.silo, d.shard_scope, d.shard_identifier,
-          d.cell_name;
+       d.next_scheduled_for, d.last_error, d.last_error_at, d.attempts
+  FROM outbox._shard_depth(NULL, false) d;
 
 ------------------------------------------------------------------------------
 -- Backfill status
@@ -202,7 +185,7 @@ $$;
 -- counters of outbox.stats (when preloaded), the depth of the
 -- outbox.metrics_top_shards deepest shards, totals per silo, each table's
 -- backfill cursor (Sentry's backfill_outboxes.low_bound) and the worker.
--- Reads the views, so whoever may read them may scrape.
+-- Reads what the views read: whoever may read the views may scrape.
 CREATE FUNCTION outbox.metrics() RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
@@ -217,14 +200,14 @@ BEGIN
     -- one-time filter: the stats scan is not run at all.
     with_stats := worker.state <> 'not_preloaded';
     RETURN coalesce((
-    WITH depth AS MATERIALIZED (SELECT * FROM outbox.shard_depth),
+    WITH depth AS MATERIALIZED (
+            SELECT *, row_number() OVER () AS pos
+              FROM outbox._shard_depth(current_setting('outbox.metrics_top_shards')::bigint, true)),
          totals AS (
-            SELECT s.silo, coalesce(sum(d.depth), 0) AS rows, count(d.depth) AS shards,
-                   coalesce(extract(epoch FROM now() - min(d.oldest_date_added)), 0) AS oldest,
-                   count(*) FILTER (WHERE d.attempts > 0) AS failing
-              FROM (VALUES ('cell'), ('control')) AS s(silo)
-              LEFT JOIN depth d ON d.silo = s.silo
-             GROUP BY s.silo),
+            SELECT d.silo, d.depth AS rows, d.shards,
+                   coalesce(extract(epoch FROM now() - d.oldest_date_added), 0) AS oldest,
+                   d.attempts AS failing
+              FROM depth d WHERE d.shard_identifier IS NULL),
          -- pos orders samples within a family (then their labels).
          samples(ord, family, type, help, labels, value, pos) AS (
             SELECT m.ord, m.family, m.type, m.help,
@@ -272,10 +255,7 @@ BEGIN
                           outbox._prometheus_label(d.shard_identifier::text),
                           outbox._prometheus_label(d.cell_name)),
                    d.depth::text, d.pos
-              FROM (SELECT *, row_number() OVER (ORDER BY depth DESC, next_scheduled_for, silo,
-                                                 shard_scope, shard_identifier, cell_name) AS pos
-                      FROM depth ORDER BY pos
-                     LIMIT current_setting('outbox.metrics_top_shards')::int) d
+              FROM depth d WHERE d.shard_identifier IS NOT NULL
             UNION ALL
             SELECT v.ord, v.family, 'gauge', v.help, 'silo=' || outbox._prometheus_label(t.silo),
                    v.value, 0::bigint
@@ -356,6 +336,6 @@ $$;
 GRANT USAGE ON SCHEMA outbox TO pg_monitor;
 GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status
     TO pg_monitor;
-GRANT EXECUTE ON FUNCTION outbox._shard_depth(), outbox._backfill_status(), outbox._stats(),
+GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
     outbox.metrics() TO pg_monitor;

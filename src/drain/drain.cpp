@@ -130,7 +130,8 @@ int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
         auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
         if (!found) {
             entry->message = n;
-            messages[n++] = Message{i, i, 0, row->category, row->object_identifier, row->date_added};
+            messages[n++] =
+                Message{i, i, 0, row->category, row->object_identifier, row->date_added};
         }
         Message *message = &messages[entry->message];
         message->oldest_added = Min(message->oldest_added, row->date_added);

@@ -23,8 +23,8 @@ int lag_bucket(int64_t micros) {
         return micros < 0 ? 0 : (int)micros;
     auto v = (uint64_t)micros;
     int e = floor_log2(v);
-    int bucket = (e - sub_bits + 1) * lag_sub_buckets +
-                 (int)((v >> (e - sub_bits)) & (lag_sub_buckets - 1));
+    int bucket =
+        (e - sub_bits + 1) * lag_sub_buckets + (int)((v >> (e - sub_bits)) & (lag_sub_buckets - 1));
     return bucket < lag_buckets ? bucket : lag_buckets - 1;
 }
 

@@ -37,12 +37,18 @@ OUTBOX_FUNCTION(stats_rows) {
     int n = stats_read(&rows);
     for (int i = 0; i < n; i++) {
         const CategoryStats &r = rows[i];
-        Datum values[12] = {Int32GetDatum(r.category),       Int64GetDatum(r.saved),
-                            Int64GetDatum(r.backfilled),     Int64GetDatum(r.backfill_batches),
-                            Int64GetDatum(r.delivered),      Int64GetDatum(r.processed),
-                            Int64GetDatum(r.handler_errors), lag_interval(r.lag_p50),
-                            lag_interval(r.lag_p99),         lag_interval(r.lag_max),
-                            TimestampTzGetDatum(r.last_delivery_at), TimestampTzGetDatum(r.since)};
+        Datum values[12] = {Int32GetDatum(r.category),
+                            Int64GetDatum(r.saved),
+                            Int64GetDatum(r.backfilled),
+                            Int64GetDatum(r.backfill_batches),
+                            Int64GetDatum(r.delivered),
+                            Int64GetDatum(r.processed),
+                            Int64GetDatum(r.handler_errors),
+                            lag_interval(r.lag_p50),
+                            lag_interval(r.lag_p99),
+                            lag_interval(r.lag_max),
+                            TimestampTzGetDatum(r.last_delivery_at),
+                            TimestampTzGetDatum(r.since)};
         bool nulls[12] = {false};
         nulls[7] = nulls[8] = nulls[9] = r.delivered == 0;
         nulls[10] = r.last_delivery_at == 0;

@@ -21,7 +21,7 @@ struct WorkerShared {
     int64 rows_scheduled;
     int64 rows_backfilled;
     int64 backfill_budget_left;
-    bool backfill_paused;   // the cursor store (Redis) failed: retrying
+    bool backfill_paused;      // the cursor store (Redis) failed: retrying
     TimestampTz last_error_at; // 0: none since start or reset
     char last_error[256];
 };

@@ -27,8 +27,22 @@ OUTBOX_FUNCTION(worker_status) {
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "pg_outbox: _worker_status must return a composite");
-    enum { STATE, PID, DATABASE, CYCLE_START, CYCLE_END, SHARDS, MESSAGES, SCHEDULED, BACKFILLED,
-           BUDGET, PAUSED, ERROR_TEXT, ERROR_AT, NCOLUMNS };
+    enum {
+        STATE,
+        PID,
+        DATABASE,
+        CYCLE_START,
+        CYCLE_END,
+        SHARDS,
+        MESSAGES,
+        SCHEDULED,
+        BACKFILLED,
+        BUDGET,
+        PAUSED,
+        ERROR_TEXT,
+        ERROR_AT,
+        NCOLUMNS
+    };
     Datum values[NCOLUMNS];
     bool nulls[NCOLUMNS];
     for (int i = 0; i < NCOLUMNS; i++)

@@ -1,7 +1,7 @@
 -- Monitoring: the views' columns, outbox.metrics() in the Prometheus text
 -- format, and who may read (pg_monitor) and not change anything.
 BEGIN;
-SELECT plan(48);
+SELECT plan(49);
 \ir errors_with.psql
 
 SELECT columns_are('outbox', 'shard_depth', ARRAY['silo', 'shard_scope', 'shard_identifier',
@@ -91,6 +91,7 @@ SELECT is((SELECT count(*) FROM regexp_split_to_table(outbox.metrics(), E'\n') l
           'no per-shard gauges (nor their header) with 0');
 RESET outbox.metrics_top_shards;
 SELECT is(outbox._prometheus_label(E'a\\b"c\nd'), E'"a\\\\b\\"c\\nd"', 'label escaping');
+SELECT pg_temp.errors_with('SELECT * FROM outbox._shard_depth(-1, false)', '22023', '^top must be zero or positive');
 
 -- pg_monitor reads everything and changes nothing.
 CREATE ROLE tap_monitor IN ROLE pg_monitor;
