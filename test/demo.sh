@@ -37,9 +37,8 @@ INSERT INTO organization_member (organization_id, email) VALUES (9, 'rolled@back
 ROLLBACK;
 SELECT id, shard_scope, shard_identifier, category, object_identifier, payload
   FROM outbox.cell_outbox ORDER BY id;
--- Shard depth: what the drain will see.
-SELECT shard_identifier, count(*) AS depth FROM outbox.cell_outbox
- GROUP BY 1 ORDER BY 2 DESC;
+-- Shard depth: what the drain will see, deepest first.
+SELECT silo, shard_identifier, depth, oldest_date_added FROM outbox.shard_depth;
 -- The background worker drains the outbox through a handler: here it
 -- replicates organization_member into a replica table.
 CREATE TABLE organization_member_replica (LIKE organization_member);
@@ -73,6 +72,16 @@ SELECT outbox.find_replication_version('organization_member') AS effective_after
 SELECT pg_sleep(2);
 SELECT count(*) AS replica_rows_after_backfill FROM organization_member_replica;
 SELECT * FROM outbox.get_processing_state('organization_member');   -- complete: (0, coded + 1)
+
+-- Monitoring (readable by pg_monitor): backfill status, counters, worker.
+SELECT table_key, coded_version, option_version, cursor_lower_bound, cursor_version, state
+  FROM outbox.backfill_status;
+SELECT category_name, saved, backfilled, delivered, processed, handler_errors, lag_p50
+  FROM outbox.stats;
+SELECT state, shards_drained, messages_delivered, rows_backfilled FROM outbox.worker_status;
+SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
+ WHERE line LIKE 'pg_outbox_rows_saved_total%' OR line LIKE 'pg_outbox_depth%'
+    OR line LIKE 'pg_outbox_backfill_state%';
 SQL
 echo "== the cursor in Redis: $(redis-cli -p "$REDIS_PORT" GET outbox_backfill.organization_member)"
 echo "== done; the throwaway server and Redis are stopped"
