@@ -41,6 +41,25 @@ RELEASE SAVEPOINT t;
 COMMIT;
 SELECT category, saved FROM counters;
 SELECT category, count(*) FROM outbox.cell_outbox GROUP BY 1 ORDER BY 1;
+-- Many subtransactions (an exception block per row), every other one
+-- rolled back: 500 of 1,000 count.
+CREATE TABLE team (id bigint PRIMARY KEY);
+SELECT outbox.register_table('team', 'TEAM_UPDATE');
+DO $$
+BEGIN
+    FOR i IN 1..1000 LOOP
+        BEGIN
+            INSERT INTO team VALUES (i);
+            IF i % 2 = 0 THEN
+                RAISE EXCEPTION 'undo %', i;
+            END IF;
+        EXCEPTION WHEN raise_exception THEN
+            NULL;
+        END;
+    END LOOP;
+END $$;
+SELECT category, saved FROM counters WHERE category = 3;
+SELECT count(*) AS team_rows FROM outbox.cell_outbox WHERE category = 3;
 
 -- Counters are shared memory: another session sees them.
 \c

@@ -173,9 +173,27 @@ void on_subxact(SubXactEvent event, SubTransactionId subxact, SubTransactionId p
                 pending[kept++] = pending[i];
         npending = kept;
     } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
-        for (int i = 0; i < npending; i++)
-            if (pending[i].subxact >= subxact)
-                pending[i].subxact = parent;
+        // Into the parent, merged with its counts of the same category, so
+        // that a loop of many subtransactions keeps one entry per category.
+        int kept = 0;
+        for (int i = 0; i < npending; i++) {
+            Pending p = pending[i];
+            if (p.subxact >= subxact)
+                p.subxact = parent;
+            int j = kept - 1;
+            while (j >= 0 &&
+                   !(pending[j].subxact == p.subxact && pending[j].category == p.category))
+                j--;
+            if (j < 0) {
+                pending[kept++] = p;
+                continue;
+            }
+            pending[j].saved += p.saved;
+            pending[j].backfilled += p.backfilled;
+            pending[j].backfill_batches += p.backfill_batches;
+            pending[j].processed += p.processed;
+        }
+        npending = kept;
     }
 }
 
