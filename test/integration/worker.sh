@@ -78,6 +78,7 @@ check "the cursor is complete" wait_for 10 \
     "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('member')" "0,3"
 check "backfill_status: complete" [ "$(q -c "SELECT state || ',' || fraction_done FROM outbox.backfill_status")" = "complete,1" ]
 check "stats: every row backfilled once, in batches" [ "$(q -c "SELECT (backfilled = $ROWS + 990) || ',' || (backfill_batches > 1) FROM outbox.stats WHERE category = 1")" = "true,true" ]
+check "worker_status: ids backfilled, budget, cycle times" [ "$(q -c "SELECT (rows_backfilled >= $ROWS + 990) || ',' || (backfill_budget_left BETWEEN 0 AND 100000000) || ',' || (last_cycle_end > now() - interval '10 seconds') || ',' || (last_cycle_start > now() - interval '10 seconds') FROM outbox.worker_status")" = "true,true,true,true" ]
 
 # SIGHUP reloads its settings: switched off, it leaves new rows alone;
 # switched on again, it drains them.
@@ -121,7 +122,7 @@ check "capture works with Redis down" [ "$(q -c "SELECT count(*) FROM member WHE
 sleep 6
 paused=$(grep -c 'backfill paused' "$CLUSTER_DIR/server.log")
 check "the outage is logged once, not every cycle ($paused)" [ "$paused" = 1 ]
-check "worker_status: backfill paused, the error shown" [ "$(q -c "SELECT backfill_paused || ',' || (last_error LIKE 'backfill paused: %Redis%') FROM outbox.worker_status")" = "true,true" ]
+check "worker_status: backfill paused, the error shown" [ "$(q -c "SELECT backfill_paused || ',' || (last_error LIKE 'backfill paused: %Redis%') || ',' || (last_error_at > now() - interval '1 minute') FROM outbox.worker_status")" = "true,true,true" ]
 check "backfill_status: cursor unavailable, no error" [ "$(q -c "SELECT state FROM outbox.backfill_status")" = cursor_unavailable ]
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no >/dev/null 2>&1 &
 REDIS_PID=$!
