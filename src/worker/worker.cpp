@@ -77,17 +77,21 @@ int backfill_pause_ms = 0;
 
 MemoryContext cycle_context = nullptr;
 
-// For outbox.worker_status.
-void record_error(const char *message) {
+// For outbox.worker_status: "<what>: <message>", formatted on the stack
+// (errors outside a cycle would otherwise leak into a long-lived context).
+void record_error(const char *what, const char *message) {
+    char text[sizeof worker_shared->last_error];
+    snprintf(text, sizeof text, "%s: %s", what, message ? message : "");
+    TimestampTz now = GetCurrentTimestamp();
     SpinLockAcquire(&worker_shared->mutex);
-    strlcpy(worker_shared->last_error, message ? message : "", sizeof worker_shared->last_error);
-    worker_shared->last_error_at = GetCurrentTimestamp();
+    memcpy(worker_shared->last_error, text, sizeof text);
+    worker_shared->last_error_at = now;
     SpinLockRelease(&worker_shared->mutex);
 }
 
 void report_error(const char *what, ErrorData *edata) {
     ereport(LOG, (errmsg("pg_outbox worker: %s failed: %s", what, edata->message)));
-    record_error(psprintf("%s failed: %s", what, edata->message));
+    record_error(what, edata->message);
 }
 
 // Runs one unit of work in its own transaction; returns false (after logging
@@ -218,7 +222,7 @@ void backfill(int64 budget) {
             if (!backfill_paused)
                 ereport(LOG, (errmsg("pg_outbox worker: backfill paused: %s", error->message),
                               errdetail("Retried with a growing pause; logged once per outage.")));
-            record_error(psprintf("backfill paused: %s", error->message));
+            record_error("backfill paused", error->message);
             backfill_paused = true;
             backfill_pause_ms = Min(Max(backfill_pause_ms * 2, 1000), 60000);
             backfill_retry_at =
