@@ -89,6 +89,8 @@ Slot *find_slot(int32 category, bool take) {
         if (!slot->used) {
             if (!take)
                 return nullptr;
+            // A slot freed by stats_reset() still holds its old counters.
+            memset(&slot->counters, 0, sizeof(Counters));
             slot->used = true;
             slot->dbid = MyDatabaseId;
             slot->category = category;

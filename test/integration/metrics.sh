@@ -62,4 +62,42 @@ check "depth per silo: 5 + 11 cell, 9 control" [ "$(p depth)" = "16.0 9.0" ]
 check "the hot shard first, its odd cell name round-trips" [ "$(p hot),$(p first)" = "9.0,7" ]
 check "backfill cursor and state" [ "$(p low_bound),$(p state)" = "12.0,1.0" ]
 check "lag quantiles present" [ "$(p lag)" = "True" ]
+
+# Counters are per database: another database's capture leaves these alone.
+q -c "CREATE DATABASE other" >/dev/null
+q -d other >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('S', 0);
+SELECT outbox.register_category('C', 'S', 1);
+CREATE TABLE t (id bigint PRIMARY KEY);
+SELECT outbox.register_table('t', 'C');
+INSERT INTO t SELECT generate_series(1, 7);
+SQL
+check "counters are per database" [ "$(q -c "SELECT saved FROM outbox.stats WHERE category = 1")|$(q -d other -c "SELECT saved FROM outbox.stats WHERE category = 1")" = "45|7" ]
+
+# More (database, category) pairs than slots (512): the rest are dropped,
+# and counted as dropped, never an error.
+q -d other >/dev/null <<'SQL'
+CREATE FUNCTION accept(msg outbox.message) RETURNS void LANGUAGE sql AS '';
+SELECT outbox.register_category('C' || g, 'S', g), outbox.register_handler('C' || g, 'accept(outbox.message)')
+  FROM generate_series(2, 600) g;
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+SELECT 0, g, g, g FROM generate_series(2, 600) g;
+SELECT outbox.drain();
+SQL
+got=$(q -d other -c "SELECT count(*) FILTER (WHERE delivered = 1) || ',' || outbox._stats_untracked() FROM outbox.stats")
+# 512 slots - 2 taken (category 1 in each database) = 510 counted; the other
+# 89 categories' counts (delivered and processed: 2 each) are dropped.
+check "slots full: 510 categories counted, 178 counts dropped ($got)" [ "$got" = "510,178" ]
+check "and the scrape says so" bash -c "psql -X -tA -d other -c 'SELECT outbox.metrics()' | grep -qx 'pg_outbox_stats_untracked_total 178'"
+q -d other >/dev/null <<'SQL'
+SELECT outbox.unregister_handler('C' || g) FROM generate_series(300, 600) g;
+DELETE FROM outbox.categories WHERE id >= 300;
+SELECT outbox.stats_reset();
+SELECT outbox.register_category('LATE', 'S', 700), outbox.register_handler('LATE', 'accept(outbox.message)');
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier) VALUES (0, 1, 700, 1);
+SELECT outbox.drain();
+SQL
+got=$(q -d other -c "SELECT count(*) || ',' || sum(delivered) FROM outbox.stats WHERE stats_reset IS NOT NULL")
+check "stats_reset() frees the slots of dropped categories: a new one is counted ($got)" [ "$got" = "300,1" ]
 checks_done metrics
