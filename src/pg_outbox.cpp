@@ -1,10 +1,16 @@
-// Module entry: magic block, GUCs.  Loaded by shared_preload_libraries or on
-// first use; the GUCs exist either way.
+// Module entry: magic block, GUCs, shared memory hooks.  Loaded by
+// shared_preload_libraries or on first use; the GUCs exist either way.
 #include "pg/postgres.hpp"
 
 #include "settings.hpp"
 #include "stats/stats.hpp"
 #include "worker/worker.hpp"
+
+extern "C" {
+#include "storage/ipc.h"
+#include "storage/lwlock.h"
+#include "storage/shmem.h"
+}
 
 extern "C" {
 PG_MODULE_MAGIC;
@@ -47,6 +53,26 @@ static const struct config_enum_entry cursor_store_options[] = {
 
 const char *silo_mode_name(int mode) {
     return silo_mode_options[mode].name;
+}
+
+// Shared memory (with the preload only): the worker's state and the counters.
+static shmem_request_hook_type previous_shmem_request = nullptr;
+static shmem_startup_hook_type previous_shmem_startup = nullptr;
+
+static void request_shmem() {
+    if (previous_shmem_request)
+        previous_shmem_request();
+    worker_shmem_request();
+    stats_shmem_request();
+}
+
+static void startup_shmem() {
+    if (previous_shmem_startup)
+        previous_shmem_startup();
+    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+    worker_shmem_startup();
+    stats_shmem_startup();
+    LWLockRelease(AddinShmemInitLock);
 }
 
 } // namespace pgoutbox
@@ -128,7 +154,10 @@ void _PG_init(void) {
 
     MarkGUCPrefixReserved("outbox");
     if (process_shared_preload_libraries_in_progress) {
-        stats_register_shmem();
+        previous_shmem_request = shmem_request_hook;
+        shmem_request_hook = request_shmem;
+        previous_shmem_startup = shmem_startup_hook;
+        shmem_startup_hook = startup_shmem;
         register_worker();
     }
 }

@@ -4,7 +4,6 @@
 
 extern "C" {
 #include "common/hashfn.h"
-#include "storage/ipc.h"
 #include "storage/lwlock.h"
 #include "storage/shmem.h"
 #include "storage/spin.h"
@@ -50,20 +49,15 @@ struct StatsShared {
 };
 
 StatsShared *shared = nullptr;
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
 
-void request_shmem() {
-    if (previous_shmem_request)
-        previous_shmem_request();
+} // namespace
+
+void stats_shmem_request() {
     RequestAddinShmemSpace(MAXALIGN(sizeof(StatsShared)));
     RequestNamedLWLockTranche("pg_outbox stats", 1);
 }
 
-void startup_shmem() {
-    if (previous_shmem_startup)
-        previous_shmem_startup();
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+void stats_shmem_startup() {
     bool found;
     shared = (StatsShared *)ShmemInitStruct("pg_outbox stats", sizeof(StatsShared), &found);
     if (!found) {
@@ -73,8 +67,9 @@ void startup_shmem() {
         for (Slot &slot : shared->slots)
             SpinLockInit(&slot.mutex);
     }
-    LWLockRelease(AddinShmemInitLock);
 }
+
+namespace {
 
 // The slot of (this database, category), taken if need be; NULL when all
 // are taken.  Never raises an ERROR: it runs in commit callbacks.
@@ -229,13 +224,6 @@ int compare_int32(const void *a, const void *b) {
 }
 
 } // namespace
-
-void stats_register_shmem() {
-    previous_shmem_request = shmem_request_hook;
-    shmem_request_hook = request_shmem;
-    previous_shmem_startup = shmem_startup_hook;
-    shmem_startup_hook = startup_shmem;
-}
 
 bool stats_available() {
     return shared != nullptr;

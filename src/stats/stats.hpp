@@ -16,8 +16,10 @@
 
 namespace pgoutbox {
 
-// From _PG_init, while shared_preload_libraries is processed.
-void stats_register_shmem();
+// From the shmem hooks of pg_outbox.cpp (the startup one holds
+// AddinShmemInitLock).
+void stats_shmem_request();
+void stats_shmem_startup();
 
 // Whether the counters exist (pg_outbox was preloaded).
 bool stats_available();

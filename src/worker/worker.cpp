@@ -41,21 +41,11 @@ namespace pgoutbox {
 
 WorkerShared *worker_shared = nullptr;
 
-namespace {
-
-shmem_request_hook_type previous_shmem_request = nullptr;
-shmem_startup_hook_type previous_shmem_startup = nullptr;
-
-void request_shmem() {
-    if (previous_shmem_request)
-        previous_shmem_request();
+void worker_shmem_request() {
     RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
 }
 
-void startup_shmem() {
-    if (previous_shmem_startup)
-        previous_shmem_startup();
-    LWLockAcquire(AddinShmemInitLock, LW_EXCLUSIVE);
+void worker_shmem_startup() {
     bool found;
     worker_shared =
         (WorkerShared *)ShmemInitStruct("pg_outbox worker", sizeof(WorkerShared), &found);
@@ -63,8 +53,9 @@ void startup_shmem() {
         memset(worker_shared, 0, sizeof(WorkerShared));
         SpinLockInit(&worker_shared->mutex);
     }
-    LWLockRelease(AddinShmemInitLock);
 }
+
+namespace {
 
 // The per-minute window of the backfill budget.
 TimestampTz window_start = 0;
@@ -293,11 +284,6 @@ void forget_pid(int, Datum) {
 } // namespace
 
 void register_worker() {
-    previous_shmem_request = shmem_request_hook;
-    shmem_request_hook = request_shmem;
-    previous_shmem_startup = shmem_startup_hook;
-    shmem_startup_hook = startup_shmem;
-
     BackgroundWorker worker;
     memset(&worker, 0, sizeof worker);
     worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;

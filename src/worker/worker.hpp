@@ -32,4 +32,9 @@ extern WorkerShared *worker_shared;
 // From _PG_init, while shared_preload_libraries is processed.
 void register_worker();
 
+// From the shmem hooks of pg_outbox.cpp (the startup one holds
+// AddinShmemInitLock).
+void worker_shmem_request();
+void worker_shmem_startup();
+
 } // namespace pgoutbox
