@@ -7,7 +7,15 @@ OBJS = $(SRCS:.cpp=.o)
 HDRS := $(wildcard src/*.hpp src/*/*.hpp)
 
 MODULEDIR = extension
-DATA = extension/pg_outbox.control $(wildcard extension/pg_outbox--*.sql)
+# Full install scripts of the released versions, as released: each is the
+# one before it plus its upgrade script, so CREATE EXTENSION ... VERSION
+# installs a version from a script of its own (test/integration/upgrade.sh
+# upgrades each to the newest and compares it with a fresh install of
+# pg_outbox--<newest>.sql, which is written in full by hand).
+RELEASED_SCRIPTS = extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.3.0.sql \
+                   extension/pg_outbox--0.4.0.sql
+DATA = extension/pg_outbox.control \
+       $(sort $(wildcard extension/pg_outbox--*.sql) $(RELEASED_SCRIPTS))
 
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --inputdir=. --load-extension=pg_outbox
@@ -16,6 +24,14 @@ PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config 
 PG_CPPFLAGS = -Isrc
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers -fno-omit-frame-pointer
 SHLIB_LINK = -lhiredis -lstdc++
+
+# make SANITIZE=1: AddressSanitizer and UndefinedBehaviorSanitizer in the
+# library (test/sanitize.sh runs every test against a server that preloads
+# libasan).  Objects built with and without it do not mix: make clean first.
+ifdef SANITIZE
+PG_CXXFLAGS += -fsanitize=address,undefined -fno-sanitize=vptr
+SHLIB_LINK += -fsanitize=address,undefined
+endif
 
 # clang-14 would compile bitcode as C++14 and fail; no JIT bitcode.
 override with_llvm = no
@@ -28,6 +44,13 @@ override CPPFLAGS := $(patsubst -I%server,-isystem %server,$(CPPFLAGS))
 
 # PGXS tracks no header dependencies.
 $(OBJS): $(HDRS)
+
+all: $(RELEASED_SCRIPTS)
+extension/pg_outbox--0.2.0.sql: extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.1.0--0.2.0.sql
+extension/pg_outbox--0.3.0.sql: extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.2.0--0.3.0.sql
+extension/pg_outbox--0.4.0.sql: extension/pg_outbox--0.3.0.sql extension/pg_outbox--0.3.0--0.4.0.sql
+$(RELEASED_SCRIPTS):
+	cat $^ >$@
 
 .PHONY: format
 format:

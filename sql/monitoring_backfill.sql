@@ -70,10 +70,16 @@ SELECT table_key, cursor_version, fraction_done, state
   FROM outbox.backfill_status WHERE table_key = 'project';
 
 -- Redis unreachable: every table still has a row, none raises an error.
-SET outbox.redis_port = 1;
+-- (The Redis address is a reload setting: a session cannot redirect it.)
+ALTER SYSTEM SET outbox.redis_port = 1;
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
+SELECT current_setting('outbox.redis_port') AS redis_port;
 SELECT table_key, coded_version, effective_version, cursor_lower_bound, cursor_version, max_id,
        fraction_done, state FROM outbox.backfill_status;
-RESET outbox.redis_port;
+ALTER SYSTEM RESET outbox.redis_port;
+SELECT pg_reload_conf();
+SELECT pg_sleep(0.5);
 SELECT table_key, state FROM outbox.backfill_status;
 
 -- A Redis value that is not a cursor: that table only is unavailable.

@@ -27,7 +27,8 @@ UPDATE app_data SET secret = 's1b' WHERE id = 1;
 DELETE FROM app_data WHERE id = 2;
 INSERT INTO app_control VALUES (1);
 TRUNCATE app_data;
--- Everything of pg_outbox's is out of reach.
+-- Everything of pg_outbox's is out of reach: the schema is visible to every
+-- role, its objects are not.
 SELECT count(*) FROM outbox.cell_outbox;
 INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
 VALUES (0, 0, 0, 0);
@@ -40,7 +41,7 @@ SELECT outbox.set_option('outbox_replication.app_data.replication_version', '2')
 SELECT outbox.register_cell('evil');
 SELECT outbox.register_table('app_data', 'C');
 SELECT outbox.unregister_table('app_data');
--- Even with the schema visible, the objects stay closed.
+-- Not with USAGE granted again either.
 RESET ROLE;
 GRANT USAGE ON SCHEMA outbox TO outbox_app;
 SET ROLE outbox_app;
@@ -58,15 +59,16 @@ SELECT shard_identifier AS shard, object_identifier AS object, payload
   FROM outbox.cell_outbox ORDER BY id;
 SELECT object_identifier AS object, cell_name FROM outbox.control_outbox ORDER BY id;
 
--- A table owner the administrator trusts with register_table can register
--- only its own tables.
+-- A table owner registers only its own tables, and only under a category
+-- the extension owner granted it.
 CREATE ROLE outbox_owner;
-GRANT USAGE ON SCHEMA outbox TO outbox_owner;
-GRANT EXECUTE ON FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text),
-                          outbox.unregister_table(regclass),
-                          outbox.set_replication_version(regclass, int) TO outbox_owner;
 CREATE TABLE owned (id int PRIMARY KEY);
 ALTER TABLE owned OWNER TO outbox_owner;
+SET ROLE outbox_owner;
+SELECT outbox.register_table('owned', 'C');               -- no grant yet
+SELECT outbox.grant_category('C', 'outbox_owner');         -- not for it to give
+RESET ROLE;
+SELECT outbox.grant_category('C', 'outbox_owner');
 SET ROLE outbox_owner;
 SELECT outbox.register_table('app_data', 'C');            -- not its table
 SELECT outbox.unregister_table('app_data');
@@ -77,11 +79,10 @@ INSERT INTO owned VALUES (1);
 RESET ROLE;
 SELECT table_key, replication_version FROM outbox.tables ORDER BY 1;
 SELECT count(*) AS owned_rows FROM outbox.cell_outbox WHERE object_identifier = 1 AND shard_identifier = 1;
+SELECT outbox.revoke_category('C', 'outbox_owner');      -- it owns a registered table
 DROP TABLE owned;
-REVOKE ALL ON SCHEMA outbox FROM outbox_app, outbox_owner;
-REVOKE ALL ON FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text),
-                       outbox.unregister_table(regclass),
-                       outbox.set_replication_version(regclass, int) FROM outbox_owner;
+SELECT outbox.revoke_category('C', 'outbox_owner');
+REVOKE ALL ON SCHEMA outbox FROM outbox_app;
 DROP TABLE app_data, app_control;
 DROP ROLE outbox_app;
 DROP ROLE outbox_owner;

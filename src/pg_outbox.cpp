@@ -2,6 +2,7 @@
 // shared_preload_libraries or on first use; the GUCs exist either way.
 #include "pg/postgres.hpp"
 
+#include "registry/ddl_guard.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 #include "worker/worker.hpp"
@@ -31,7 +32,6 @@ static const struct config_enum_entry silo_mode_options[] = {
 int cursor_store = CURSOR_STORE_REDIS;
 char *redis_host = nullptr;
 int redis_port = 6379;
-char *redis_password = nullptr;
 char *redis_password_file = nullptr;
 int redis_db = 0;
 int redis_connect_timeout_ms = 1000;
@@ -93,23 +93,25 @@ void _PG_init(void) {
                              "control and in the batch's own transaction.",
                              &cursor_store, CURSOR_STORE_REDIS, cursor_store_options, PGC_SUSET, 0,
                              nullptr, nullptr, nullptr);
+    // Where the connection goes, and so where the password is sent (AUTH):
+    // the server's configuration only, never a session, a role or a
+    // database setting.
     DefineCustomStringVariable("outbox.redis_host", "Redis host holding backfill cursors.", nullptr,
-                               &redis_host, "127.0.0.1", PGC_SUSET, 0, nullptr, nullptr, nullptr);
+                               &redis_host, "127.0.0.1", PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.redis_port", "Redis port.", nullptr, &redis_port, 6379, 1,
-                            65535, PGC_SUSET, 0, nullptr, nullptr, nullptr);
-    DefineCustomStringVariable("outbox.redis_password", "Redis password (AUTH); empty for none.",
-                               "Readable by superusers only; never logged by pg_outbox.",
-                               &redis_password, "", PGC_SUSET, GUC_SUPERUSER_ONLY | GUC_NO_SHOW_ALL,
-                               nullptr, nullptr, nullptr);
-    // PostgreSQL logs "parameter ... changed to <value>" when a reload changes
-    // a setting from postgresql.conf, so a password kept there would reach
-    // the log: keep it in a file instead (or SET it in a superuser session).
+                            65535, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.redis_db", "Redis database number (SELECT).", nullptr,
+                            &redis_db, 0, 0, 1000000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    // The password is not a setting: no PostgreSQL 15 flag hides a custom
+    // setting from pg_read_all_settings (pg_monitor), and ALTER DATABASE ...
+    // SET values are readable by every role.  It lives in a file only the
+    // server's OS user can read (redis_client.cpp checks).  outbox is a
+    // reserved prefix, so a leftover outbox.redis_password of 0.4.0 is
+    // dropped with a WARNING that names only the parameter.
     DefineCustomStringVariable("outbox.redis_password_file",
                                "File whose first line is the Redis password.",
-                               "Used when outbox.redis_password is empty.", &redis_password_file,
-                               "", PGC_SIGHUP, GUC_SUPERUSER_ONLY, nullptr, nullptr, nullptr);
-    DefineCustomIntVariable("outbox.redis_db", "Redis database number (SELECT).", nullptr,
-                            &redis_db, 0, 0, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+                               "Owned by the server's OS user, mode 600.", &redis_password_file, "",
+                               PGC_SIGHUP, GUC_SUPERUSER_ONLY, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.redis_connect_timeout_ms", "Bound on connecting to Redis.",
                             nullptr, &redis_connect_timeout_ms, 1000, 1, 600000, PGC_SUSET,
                             GUC_UNIT_MS, nullptr, nullptr, nullptr);
@@ -153,6 +155,7 @@ void _PG_init(void) {
                             0, 10000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
 
     MarkGUCPrefixReserved("outbox");
+    install_drop_hook();
     if (process_shared_preload_libraries_in_progress) {
         previous_shmem_request = shmem_request_hook;
         shmem_request_hook = request_shmem;

@@ -12,7 +12,6 @@ extern int cursor_store; // outbox.cursor_store
 
 extern char *redis_host;
 extern int redis_port;
-extern char *redis_password;
 extern char *redis_password_file;
 extern int redis_db;
 extern int redis_connect_timeout_ms;

@@ -5,7 +5,8 @@
 #
 # Works as root (the cluster then runs as the unprivileged OS user
 # "postgres") or as a normal user.  Exports PGHOST, PGPORT, PGUSER,
-# PGDATABASE for psql and friends, and REDIS_PORT.
+# PGDATABASE for psql and friends, and REDIS_PORT.  OUTBOX_SERVER_ENV, when
+# set, is passed to the server's environment (VAR=value ...).
 
 PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/15/bin 2>/dev/null || dirname "$(command -v pg_ctl)")}
 PG_CONFIG=${PG_CONFIG:-$PG_BIN/pg_config}
@@ -39,8 +40,8 @@ log_min_messages = warning
 ${REDIS_PORT:+outbox.redis_port = $REDIS_PORT}
 $(printf '%s\n' "$@")
 CONF
-    _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -l "$CLUSTER_DIR/server.log" -w start \
-        >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }
+    _as_db_user env ${OUTBOX_SERVER_ENV:-} "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" \
+        -l "$CLUSTER_DIR/server.log" -w start >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }
 }
 
 redis_start() {
@@ -71,13 +72,16 @@ cluster_stop() {
     fi
 }
 
-# make install, as root or through sudo.
+# make install, as root or through sudo.  With OUTBOX_SANITIZE=1 (set by
+# test/sanitize.sh) the library is built with the sanitizers, and every
+# server this file starts preloads libasan (OUTBOX_SERVER_ENV).
 install_extension() {
     local root=$1
-    make -C "$root" -s PG_CONFIG="$PG_CONFIG" >/dev/null
+    local flags=(-C "$root" -s PG_CONFIG="$PG_CONFIG" ${OUTBOX_SANITIZE:+SANITIZE=1})
+    make "${flags[@]}" >/dev/null
     if [[ -w $("$PG_CONFIG" --pkglibdir) ]]; then
-        make -C "$root" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+        make "${flags[@]}" install >/dev/null
     else
-        sudo make -C "$root" -s PG_CONFIG="$PG_CONFIG" install >/dev/null
+        sudo make "${flags[@]}" install >/dev/null
     fi
 }

@@ -8,4 +8,5 @@ as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-r
     build-essential cmake pkg-config python3 libgtest-dev \
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap \
     libtap-parser-sourcehandler-pgtap-perl postgresql-15-pgq3 \
-    libhiredis-dev redis-server redis-tools python3-prometheus-client >/dev/null
+    libhiredis-dev redis-server redis-tools python3-prometheus-client \
+    python3-psycopg2 python3-django >/dev/null

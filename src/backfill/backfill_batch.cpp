@@ -1,15 +1,22 @@
 // outbox.process_backfill_batch(tbl, batch_size, force_synchronous): one
-// batch of Sentry's ID-range backfill (SPEC section 3, planning steps 1-6),
-// written as one INSERT ... SELECT: the outbox rows an UPDATE of each row in
-// [low, up] would write.  The cursor moves when the batch commits
-// (cursor_store.hpp).
+// batch of Sentry's ID-range backfill (SPEC section 3, planning steps 1-6):
+// for every row with an id in [low, up], the outbox rows an UPDATE of it
+// would write (capture/outbox_rows.hpp).  The cursor moves when the batch
+// commits (cursor_store.hpp).
+//
+// The registry, options and cursor are read as the extension's owner; the
+// table itself as its owner, restricted (pg/run_as.hpp): planning the id
+// queries runs the owner's index predicates and operators, and the payload
+// runs the owner's casts.  The outbox rows are written by capture's writer,
+// which checks no privilege.
 //
 // Written without C++ objects that own resources around PostgreSQL calls:
 // errors unwind through it freely.
 #include "backfill/batch_plan.hpp"
+#include "capture/outbox_rows.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 #include "stats/stats.hpp"
 
 extern "C" {
@@ -22,62 +29,89 @@ namespace {
 
 struct Registration {
     char *table_key;
-    bool control;
     int32 category;
-    int32 scope;
-    char *shard_column; // NULL: id
-    char *cell_column;
-    Datum payload_columns; // text[], or 0
     int32 coded_version;
     int32 target_version;
-    Datum target_cells; // jsonb option, or 0 when unset
+    bool has_target_cells; // the target_cells option is a list
+    int ntarget_cells;
+    char **target_cells;
 };
 
-char *column(HeapTuple row, TupleDesc desc, int n) {
-    return SPI_getvalue(row, desc, n);
-}
-
-// Runs inside SPI and the privileged scope.
+// Runs inside SPI, as the extension's owner.
 Registration load_registration(Oid relid, bool force_synchronous) {
     Oid argtypes[2] = {REGCLASSOID, BOOLOID};
     Datum args[2] = {ObjectIdGetDatum(relid), BoolGetDatum(force_synchronous)};
-    int rc = SPI_execute_with_args(
-        "SELECT r.table_key, r.silo, r.category, c.scope, r.shard_column::text,"
-        " r.cell_column::text, r.payload_columns::text[], r.replication_version,"
-        " outbox.find_replication_version(r.relid, $2),"
-        " outbox.get_option('outbox_replication.' || r.table_key || '.backfill.target_cells')"
-        " FROM outbox._registered($1) r JOIN outbox.categories c ON c.id = r.category",
-        2, argtypes, args, nullptr, true, 1);
-    if (rc != SPI_OK_SELECT || SPI_processed != 1)
-        elog(ERROR, "pg_outbox: registry lookup failed: %s", SPI_result_code_string(rc));
+    pg::spi_run("reading the registration",
+                "SELECT r.table_key, r.category, r.replication_version,"
+                " outbox.find_replication_version(r.relid, $2),"
+                " CASE WHEN pg_catalog.jsonb_typeof(o.cells) = 'array'"
+                "  THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(o.cells)) END"
+                " FROM outbox._registered($1) r,"
+                " LATERAL (SELECT outbox.get_option('outbox_replication.' OPERATOR(pg_catalog.||)"
+                "  r.table_key OPERATOR(pg_catalog.||) '.backfill.target_cells') AS cells) o",
+                2, argtypes, args, nullptr, true, 1, SPI_OK_SELECT);
+    if (SPI_processed != 1)
+        elog(ERROR, "pg_outbox: registration of %u not found", relid);
     HeapTuple row = SPI_tuptable->vals[0];
     TupleDesc desc = SPI_tuptable->tupdesc;
     bool isnull;
     Registration reg;
-    reg.table_key = column(row, desc, 1);
-    reg.control = strcmp(column(row, desc, 2), "control") == 0;
-    reg.category = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
-    reg.scope = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
-    reg.shard_column = column(row, desc, 5);
-    reg.cell_column = column(row, desc, 6);
-    Datum payload = SPI_getbinval(row, desc, 7, &isnull);
-    reg.payload_columns = isnull ? (Datum)0 : SPI_datumTransfer(payload, false, -1);
-    reg.coded_version = DatumGetInt32(SPI_getbinval(row, desc, 8, &isnull));
-    reg.target_version = DatumGetInt32(SPI_getbinval(row, desc, 9, &isnull));
-    Datum cells = SPI_getbinval(row, desc, 10, &isnull);
-    reg.target_cells = isnull ? (Datum)0 : SPI_datumTransfer(cells, false, -1);
+    reg.table_key = SPI_getvalue(row, desc, 1);
+    reg.category = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
+    reg.coded_version = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
+    reg.target_version = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
+    Datum cells = SPI_getbinval(row, desc, 5, &isnull);
+    reg.has_target_cells = !isnull;
+    reg.ntarget_cells = 0;
+    reg.target_cells = nullptr;
+    if (!isnull) {
+        Datum *items;
+        bool *nulls;
+        deconstruct_array(DatumGetArrayTypeP(cells), TEXTOID, -1, false, TYPALIGN_INT, &items,
+                          &nulls, &reg.ntarget_cells);
+        reg.target_cells = (char **)palloc(sizeof(char *) * Max(reg.ntarget_cells, 1));
+        for (int i = 0; i < reg.ntarget_cells; i++)
+            reg.target_cells[i] = TextDatumGetCString(items[i]);
+    }
     return reg;
 }
 
-char *qualified_name(Oid relid) {
-    return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
-                                      get_rel_name(relid));
+// Where the control rows of the batch go: a table without a cell column
+// fans out to the registered cells (only those in target_cells, when set);
+// a table with one writes each row for its cell, and only for the cells in
+// target_cells, when set.  No cell registered is an ERROR, as for capture.
+CellTargets backfill_targets(const TableMeta *meta, const Registration &reg) {
+    if (meta->cell_attnum != InvalidAttrNumber)
+        return CellTargets{reg.ntarget_cells, reg.target_cells, reg.has_target_cells};
+    const Registry *registry = registry_get();
+    if (registry->ncells == 0)
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("no cell is registered: control table %s has no cell to be "
+                               "backfilled to",
+                               meta->relname),
+                        errhint("Register the cells with outbox.register_cell(name).")));
+    auto **cells = (const char **)palloc(sizeof(char *) * registry->ncells);
+    int n = 0;
+    for (int i = 0; i < registry->ncells; i++) {
+        bool wanted = !reg.has_target_cells;
+        for (int j = 0; j < reg.ntarget_cells && !wanted; j++)
+            wanted = strcmp(reg.target_cells[j], registry->cells[i]) == 0;
+        if (wanted)
+            cells[n++] = pstrdup(registry->cells[i]);
+    }
+    return CellTargets{n, cells, true};
 }
 
-// NULL when the table is empty.
+char *qualified_name(Relation rel) {
+    return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+                                      RelationGetRelationName(rel));
+}
+
+// The smallest id, or false when the table is empty.  As the table's owner.
 bool min_id(const char *table, int64 *result) {
-    char *sql = psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8 FROM %s t", table);
-    SPI_execute(sql, true, 1);
+    pg::spi_run("reading the smallest id",
+                psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8 FROM %s t", table), 0,
+                nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT);
     bool isnull;
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     if (!isnull)
@@ -85,116 +119,87 @@ bool min_id(const char *table, int64 *result) {
     return !isnull;
 }
 
-// The largest id among the first limit rows with id >= lower, or 0.
+// The largest id among the first limit rows with id >= lower, or 0.  As the
+// table's owner.
 int64 upper_id(const char *table, int64 lower, int64 limit) {
-    char *sql = psprintf("SELECT pg_catalog.max(s.id)::pg_catalog.int8 FROM"
-                         " (SELECT t.id FROM %s t WHERE t.id >= $1 ORDER BY t.id LIMIT $2) s",
-                         table);
     Oid argtypes[2] = {INT8OID, INT8OID};
     Datum args[2] = {Int64GetDatum(lower), Int64GetDatum(limit)};
-    SPI_execute_with_args(sql, 2, argtypes, args, nullptr, true, 1);
+    pg::spi_run("planning the batch",
+                psprintf("SELECT pg_catalog.max(s.id)::pg_catalog.int8 FROM"
+                         " (SELECT t.id FROM %s t WHERE t.id OPERATOR(pg_catalog.>=) $1"
+                         " ORDER BY t.id LIMIT $2) s",
+                         table),
+                2, argtypes, args, nullptr, true, 1, SPI_OK_SELECT);
     bool isnull;
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     return isnull ? 0 : DatumGetInt64(value);
 }
 
-// Cells a fan-out (no cell column) control backfill writes to: the
-// target_cells option intersected with the registered cells, else all of
-// them.  No cell registered is an error, as it is for capture.
-Datum fan_out_cells(const Registration &reg, const char *table) {
-    Oid argtypes[1] = {JSONBOID};
-    Datum args[1] = {reg.target_cells};
-    char nulls[2] = {reg.target_cells == (Datum)0 ? 'n' : ' ', '\0'};
-    SPI_execute_with_args(
-        "SELECT (SELECT pg_catalog.count(*) FROM outbox.cells),"
-        " ARRAY(SELECT c.name FROM outbox.cells c WHERE $1 IS NULL"
-        "   OR pg_catalog.jsonb_typeof($1) = 'null'"
-        "   OR c.name IN (SELECT pg_catalog.jsonb_array_elements_text($1)) ORDER BY c.name)",
-        1, argtypes, args, nulls, true, 1);
-    bool isnull;
-    int64 registered =
-        DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    if (registered == 0)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("no cell is registered: control table %s has no cell to be "
-                               "backfilled to",
-                               table),
-                        errhint("Register the cells with outbox.register_cell(name).")));
-    Datum cells = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
-    return SPI_datumTransfer(cells, false, -1);
-}
-
-char *payload_expression(const Registration &reg) {
-    if (reg.payload_columns == (Datum)0)
-        return pstrdup("NULL::pg_catalog.jsonb");
-    Datum *names;
-    bool *nulls;
-    int count;
-    deconstruct_array(DatumGetArrayTypeP(reg.payload_columns), TEXTOID, -1, false, TYPALIGN_INT,
-                      &names, &nulls, &count);
+// Reads the columns capture needs of the rows with ids in [low, up], a chunk
+// at a time, and writes their outbox rows; returns how many.  As the
+// table's owner.  The query selects exactly those columns, so meta is
+// re-pointed at them: id first, then shard, cell and payload.
+int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &targets,
+                  const char *table, int64 low, int64 up) {
+    TableMeta view = *meta;
     StringInfoData sql;
     initStringInfo(&sql);
-    appendStringInfoString(&sql, "pg_catalog.jsonb_build_object(");
-    for (int i = 0; i < count; i++) {
-        char *name = TextDatumGetCString(names[i]);
-        appendStringInfo(&sql, "%s%s, t.%s", i > 0 ? ", " : "", quote_literal_cstr(name),
-                         quote_identifier(name));
+    appendStringInfoString(&sql, "SELECT t.id");
+    view.id_attnum = 1;
+    AttrNumber next = 2;
+    auto select = [&](AttrNumber attnum) {
+        appendStringInfo(
+            &sql, ", t.%s",
+            quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), attnum - 1)->attname)));
+        return next++;
+    };
+    if (meta->shard_attnum != InvalidAttrNumber)
+        view.shard_attnum = select(meta->shard_attnum);
+    if (meta->cell_attnum != InvalidAttrNumber)
+        view.cell_attnum = select(meta->cell_attnum);
+    view.payload = (PayloadColumn *)palloc(sizeof(PayloadColumn) * Max(meta->npayload, 1));
+    for (int i = 0; i < meta->npayload; i++) {
+        view.payload[i] = meta->payload[i];
+        view.payload[i].attnum = select(meta->payload[i].attnum);
     }
-    appendStringInfoChar(&sql, ')');
-    return sql.data;
-}
+    appendStringInfo(&sql,
+                     " FROM %s t WHERE t.id OPERATOR(pg_catalog.>=) $1"
+                     " AND t.id OPERATOR(pg_catalog.<=) $2",
+                     table);
 
-// Writes the outbox rows of ids [low, up]; returns how many.
-int64 write_rows(const Registration &reg, const char *table, int64 low, int64 up) {
-    const char *shard = reg.shard_column ? quote_identifier(reg.shard_column) : "id";
-    char *payload = payload_expression(reg);
-    Oid argtypes[5] = {INT8OID, INT8OID, INT4OID, INT4OID, TEXTARRAYOID};
-    Datum args[5] = {Int64GetDatum(low), Int64GetDatum(up), Int32GetDatum(reg.scope),
-                     Int32GetDatum(reg.category), (Datum)0};
-    char nulls[6] = "    n";
-    char *sql;
-    if (!reg.control) {
-        sql = psprintf("INSERT INTO outbox.cell_outbox"
-                       " (shard_scope, shard_identifier, category, object_identifier, payload)"
-                       " SELECT $3, t.%s, $4, t.id, %s FROM %s t"
-                       " WHERE t.id >= $1 AND t.id <= $2",
-                       shard, payload, table);
-    } else if (reg.cell_column == nullptr) {
-        args[4] = fan_out_cells(reg, table);
-        nulls[4] = ' ';
-        sql = psprintf("INSERT INTO outbox.control_outbox (shard_scope, shard_identifier,"
-                       " category, object_identifier, payload, cell_name)"
-                       " SELECT $3, t.%s, $4, t.id, %s, c.cell"
-                       " FROM %s t CROSS JOIN pg_catalog.unnest($5) AS c(cell)"
-                       " WHERE t.id >= $1 AND t.id <= $2",
-                       shard, payload, table);
-    } else {
-        // A cell column: rows of the listed cells only, when a list is set.
-        if (reg.target_cells != (Datum)0) {
-            Oid cell_argtypes[1] = {JSONBOID};
-            Datum cell_args[1] = {reg.target_cells};
-            SPI_execute_with_args("SELECT CASE WHEN pg_catalog.jsonb_typeof($1) = 'array' THEN"
-                                  " ARRAY(SELECT pg_catalog.jsonb_array_elements_text($1)) END",
-                                  1, cell_argtypes, cell_args, nullptr, true, 1);
-            bool isnull;
-            Datum cells = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-            if (!isnull) {
-                args[4] = SPI_datumTransfer(cells, false, -1);
-                nulls[4] = ' ';
-            }
+    Oid argtypes[2] = {INT8OID, INT8OID};
+    Datum args[2] = {Int64GetDatum(low), Int64GetDatum(up)};
+    Portal portal =
+        SPI_cursor_open_with_args(nullptr, sql.data, 2, argtypes, args, nullptr, true, 0);
+    OutboxWriter *writer = outbox_writer_begin(registry_get(), false);
+    MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox backfill row",
+                                                  ALLOCSET_DEFAULT_SIZES);
+    TupleTableSlot *slot = nullptr;
+    for (;;) {
+        SPI_cursor_fetch(portal, true, 1000);
+        if (SPI_processed == 0)
+            break;
+        // A copy: each chunk's tuple table, its descriptor included, is freed
+        // before the next is fetched.
+        if (slot == nullptr)
+            slot = MakeSingleTupleTableSlot(CreateTupleDescCopy(SPI_tuptable->tupdesc),
+                                            &TTSOpsHeapTuple);
+        for (uint64 i = 0; i < SPI_processed; i++) {
+            MemoryContext old = MemoryContextSwitchTo(per_row);
+            ExecStoreHeapTuple(SPI_tuptable->vals[i], slot, false);
+            write_row(writer, &view, targets, slot);
+            ExecClearTuple(slot);
+            MemoryContextSwitchTo(old);
+            MemoryContextReset(per_row);
         }
-        const char *cell = quote_identifier(reg.cell_column);
-        sql = psprintf("INSERT INTO outbox.control_outbox (shard_scope, shard_identifier,"
-                       " category, object_identifier, payload, cell_name)"
-                       " SELECT $3, t.%s, $4, t.id, %s, t.%s FROM %s t"
-                       " WHERE t.id >= $1 AND t.id <= $2"
-                       " AND ($5 IS NULL OR t.%s = ANY ($5))",
-                       shard, payload, cell, table, cell);
+        SPI_freetuptable(SPI_tuptable);
     }
-    int rc = SPI_execute_with_args(sql, 5, argtypes, args, nulls, false, 0);
-    if (rc != SPI_OK_INSERT)
-        elog(ERROR, "pg_outbox: backfill insert failed: %s", SPI_result_code_string(rc));
-    return (int64)SPI_processed;
+    SPI_cursor_close(portal);
+    int64 written = outbox_writer_finish(writer);
+    if (slot != nullptr)
+        ExecDropSingleTupleTableSlot(slot);
+    MemoryContextDelete(per_row);
+    return written;
 }
 
 } // namespace
@@ -224,29 +229,47 @@ OUTBOX_FUNCTION(process_backfill_batch) {
         elog(ERROR, "pg_outbox: process_backfill_batch must return outbox.backfill_batch");
     MemoryContext caller = CurrentMemoryContext;
 
+    // Locked before anything is read of it, and to the end of the
+    // transaction: a concurrent DROP waits, or has already happened.
+    Relation rel = try_relation_open(relid, AccessShareLock);
+    if (rel == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("tbl: relation with OID %u does not exist", relid)));
+
     SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
     Registration reg = load_registration(relid, force_synchronous);
     Cursor cursor = cursor_read(reg.table_key);
+    pg::run_as_end(&scope);
     std::optional<Cursor> start = batch_start(cursor, reg.target_version);
     if (!start) {
-        pg::privileged_end(&scope);
         SPI_finish();
+        relation_close(rel, NoLock);
         PG_RETURN_NULL();
     }
-    char *table = qualified_name(relid);
+    const TableMeta *meta = table_meta_get(rel);
+    CellTargets targets =
+        meta->silo == Silo::Control ? backfill_targets(meta, reg) : CellTargets{0, nullptr, true};
+    char *table = qualified_name(rel);
+
+    pg::refuse_forced_row_security(rel);
+    pg::RunAs as_owner;
+    pg::run_as_table_owner(&as_owner, rel);
     int64 smallest;
     bool has_rows = min_id(table, &smallest);
     int64 low =
         clamp_lower(start->lower_bound, has_rows ? std::optional<int64_t>(smallest) : std::nullopt);
     int64 up = has_rows ? upper_id(table, low, (int64)batch_size + 1) : 0;
     BatchPlan plan = finish_plan(low, start->version, up, reg.coded_version);
-    int64 written = plan.count > 0 && has_rows ? write_rows(reg, table, plan.low, plan.up) : 0;
+    int64 written =
+        plan.count > 0 && has_rows ? write_range(rel, meta, targets, table, plan.low, plan.up) : 0;
+    pg::run_as_end(&as_owner);
+
     cursor_write(reg.table_key, plan.next);
     stats_count_backfill(reg.category, written);
-    pg::privileged_end(&scope);
     SPI_finish();
+    relation_close(rel, NoLock);
 
     MemoryContextSwitchTo(caller);
     Datum values[6] = {Int64GetDatum(plan.low),     Int64GetDatum(plan.up),
@@ -254,4 +277,36 @@ OUTBOX_FUNCTION(process_backfill_batch) {
                        Int64GetDatum(plan.count),   Int64GetDatum(written)};
     bool nulls[6] = {false, false, false, false, false, false};
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls));
+}
+
+// outbox._table_id_range(tbl, OUT min_id, OUT max_id), behind
+// outbox.backfill_status (which pg_monitor members read): the smallest and
+// largest id, read as the table's owner like a batch; NULLs for an empty
+// table, or one dropped meanwhile.
+OUTBOX_FUNCTION(table_id_range) {
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "pg_outbox: _table_id_range must return a composite");
+    Datum values[2] = {0, 0};
+    bool nulls[2] = {true, true};
+    Relation rel = PG_ARGISNULL(0) ? nullptr : try_relation_open(PG_GETARG_OID(0), AccessShareLock);
+    if (rel != nullptr) {
+        char *table = qualified_name(rel);
+        pg::refuse_forced_row_security(rel);
+        SPI_connect();
+        pg::RunAs as_owner;
+        pg::run_as_table_owner(&as_owner, rel);
+        pg::spi_run("reading the id range",
+                    psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
+                             " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
+                             table),
+                    0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT);
+        pg::run_as_end(&as_owner);
+        for (int i = 0; i < 2; i++)
+            values[i] =
+                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &nulls[i]);
+        SPI_finish();
+        relation_close(rel, NoLock);
+    }
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }

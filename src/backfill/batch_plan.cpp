@@ -1,6 +1,7 @@
 #include "backfill/batch_plan.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace pgoutbox {
 
@@ -21,14 +22,28 @@ BatchPlan finish_plan(int64_t low, int32_t version, int64_t upper, int32_t coded
     plan.low = low;
     plan.up = upper;
     plan.version = version;
-    plan.has_more = upper > low;
-    plan.count = std::max<int64_t>(upper - low + 1, 0);
+    // Nothing can come after the largest bigint: the walk is complete there
+    // (Sentry's cursor would be one past it, which a bigint cannot hold).
+    plan.has_more = upper > low && upper < INT64_MAX;
+    plan.count = saturating_add(saturating_sub(upper, low), 1);
+    if (plan.count < 0)
+        plan.count = 0;
     plan.next = plan.has_more ? Cursor{upper + 1, version} : Cursor{0, coded_version + 1};
     return plan;
 }
 
-int64_t backfill_budget(int64_t max_batch_rate, int64_t scheduled_count) {
-    return max_batch_rate - scheduled_count;
+int64_t saturating_add(int64_t a, int64_t b) {
+    int64_t sum;
+    if (__builtin_add_overflow(a, b, &sum))
+        return b > 0 ? INT64_MAX : INT64_MIN;
+    return sum;
+}
+
+int64_t saturating_sub(int64_t a, int64_t b) {
+    int64_t difference;
+    if (__builtin_sub_overflow(a, b, &difference))
+        return b < 0 ? INT64_MAX : INT64_MIN;
+    return difference;
 }
 
 } // namespace pgoutbox

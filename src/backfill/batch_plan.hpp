@@ -27,10 +27,14 @@ struct BatchPlan {
 };
 
 // Steps 5-6 and the cursor that follows.  upper is the largest id among the
-// first batch_size + 1 rows with id >= low, or 0 when there are none.
+// first batch_size + 1 rows with id >= low, or 0 when there are none.  Near
+// the int64 limits: count saturates, and a batch that reaches the largest
+// bigint completes the walk.
 BatchPlan finish_plan(int64_t low, int32_t version, int64_t upper, int32_t coded_version);
 
-// Rows a backfill walk may still write this round.
-int64_t backfill_budget(int64_t max_batch_rate, int64_t scheduled_count);
+// Budget and id-span arithmetic that stops at the int64 limits instead of
+// wrapping (an id span can be as large as the id type).
+int64_t saturating_add(int64_t a, int64_t b);
+int64_t saturating_sub(int64_t a, int64_t b);
 
 } // namespace pgoutbox

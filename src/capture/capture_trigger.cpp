@@ -19,7 +19,7 @@
 //
 // This file calls PostgreSQL directly and owns no C++ objects with
 // destructors: an ERROR may unwind through any of its frames.
-#include "capture/outbox_writer.hpp"
+#include "capture/outbox_rows.hpp"
 #include "pg/guard.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
@@ -34,122 +34,9 @@ namespace pgoutbox {
 
 namespace {
 
-struct RowKey {
-    int64 object_identifier;
-    int64 shard_identifier;
-    const char *cell; // NULL: every registered cell (or a cell row)
-};
-
-RowKey row_key(const TableMeta *meta, TupleTableSlot *slot) {
-    RowKey key;
-    bool isnull;
-    Datum id = slot_getattr(slot, meta->id_attnum, &isnull);
-    if (isnull)
-        ereport(ERROR, (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                        errmsg("id of a row of registered table %s is NULL", meta->relname)));
-    key.object_identifier = integer_datum(id, meta->id_type);
-    key.shard_identifier = key.object_identifier;
-    if (meta->shard_attnum != InvalidAttrNumber) {
-        Datum shard = slot_getattr(slot, meta->shard_attnum, &isnull);
-        if (isnull)
-            ereport(ERROR,
-                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                     errmsg("shard column of registered table %s is NULL for id " INT64_FORMAT,
-                            meta->relname, key.object_identifier),
-                     errdetail("Every outbox row needs a shard identifier.")));
-        key.shard_identifier = integer_datum(shard, meta->shard_type);
-    }
-    key.cell = nullptr;
-    if (meta->cell_attnum != InvalidAttrNumber) {
-        Datum cell = slot_getattr(slot, meta->cell_attnum, &isnull);
-        if (isnull)
-            ereport(ERROR,
-                    (errcode(ERRCODE_NOT_NULL_VIOLATION),
-                     errmsg("cell column of registered table %s is NULL for id " INT64_FORMAT,
-                            meta->relname, key.object_identifier)));
-        key.cell = TextDatumGetCString(cell);
-    }
-    return key;
-}
-
-bool same_key(const RowKey &a, const RowKey &b) {
-    if (a.object_identifier != b.object_identifier || a.shard_identifier != b.shard_identifier)
-        return false;
-    if (a.cell == nullptr || b.cell == nullptr)
-        return a.cell == b.cell;
-    return strcmp(a.cell, b.cell) == 0;
-}
-
-Datum build_payload(const TableMeta *meta, TupleTableSlot *slot) {
-    if (meta->npayload == 0)
-        return (Datum)0;
-    JsonbParseState *state = nullptr;
-    pushJsonbValue(&state, WJB_BEGIN_OBJECT, nullptr);
-    for (int i = 0; i < meta->npayload; i++) {
-        const PayloadColumn *column = &meta->payload[i];
-        JsonbValue key;
-        key.type = jbvString;
-        key.val.string.val = const_cast<char *>(column->name);
-        key.val.string.len = (int)strlen(column->name);
-        pushJsonbValue(&state, WJB_KEY, &key);
-
-        bool isnull;
-        Datum value = slot_getattr(slot, column->attnum, &isnull);
-        JsonbValue json;
-        if (isnull) {
-            json.type = jbvNull;
-        } else {
-            Jsonb *jsonb =
-                DatumGetJsonbP(FunctionCall1(const_cast<FmgrInfo *>(&column->to_jsonb), value));
-            if (JB_ROOT_IS_SCALAR(jsonb)) {
-                JsonbExtractScalar(&jsonb->root, &json);
-            } else {
-                json.type = jbvBinary;
-                json.val.binary.data = &jsonb->root;
-                json.val.binary.len = (int)(VARSIZE(jsonb) - VARHDRSZ);
-            }
-        }
-        pushJsonbValue(&state, WJB_VALUE, &json);
-    }
-    JsonbValue *object = pushJsonbValue(&state, WJB_END_OBJECT, nullptr);
-    return JsonbPGetDatum(JsonbValueToJsonb(object));
-}
-
-// Writes the outbox row(s) for one key: one for a cell table, one per target
-// cell for a control table.
-void write_rows(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
-                const RowKey &key, Datum payload) {
-    OutboxRow row;
-    row.shard_scope = meta->scope;
-    row.shard_identifier = key.shard_identifier;
-    row.category = meta->category;
-    row.object_identifier = key.object_identifier;
-    row.payload = payload;
-    row.cell_name = nullptr;
-    if (meta->silo == Silo::Cell) {
-        outbox_writer_add(writer, Silo::Cell, &row);
-        return;
-    }
-    if (key.cell != nullptr) {
-        row.cell_name = key.cell;
-        outbox_writer_add(writer, Silo::Control, &row);
-        return;
-    }
-    if (registry->ncells == 0)
-        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                        errmsg("no cell is registered: a change to control table %s has no "
-                               "cell to be delivered to",
-                               meta->relname),
-                        errhint("Register the cells with outbox.register_cell(name).")));
-    for (int i = 0; i < registry->ncells; i++) {
-        row.cell_name = registry->cells[i];
-        outbox_writer_add(writer, Silo::Control, &row);
-    }
-}
-
-void capture_slot(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
-                  TupleTableSlot *slot) {
-    write_rows(writer, registry, meta, row_key(meta, slot), build_payload(meta, slot));
+// Capture's control rows go to the row's cell, or to every registered cell.
+CellTargets capture_targets(const Registry *registry) {
+    return CellTargets{registry->ncells, registry->cells, false};
 }
 
 // Calls fn(slot) for every row of a transition table, in per_row memory
@@ -194,11 +81,11 @@ bool key_may_change(const TableMeta *meta, TriggerData *td) {
     return updated(meta->id_attnum) || updated(meta->shard_attnum) || updated(meta->cell_attnum);
 }
 
-void capture_update(OutboxWriter *writer, const Registry *registry, const TableMeta *meta,
+void capture_update(OutboxWriter *writer, const CellTargets &targets, const TableMeta *meta,
                     TriggerData *td, TupleTableSlot *slot, MemoryContext per_row) {
     if (!key_may_change(meta, td)) {
         for_each_row(td->tg_newtable, slot, per_row,
-                     [&](TupleTableSlot *row) { capture_slot(writer, registry, meta, row); });
+                     [&](TupleTableSlot *row) { write_row(writer, meta, targets, row); });
         return;
     }
     HASHCTL ctl;
@@ -211,7 +98,7 @@ void capture_update(OutboxWriter *writer, const Registry *registry, const TableM
     MemoryContext keys_context = CurrentMemoryContext;
     for_each_row(td->tg_newtable, slot, per_row, [&](TupleTableSlot *row) {
         RowKey key = row_key(meta, row);
-        write_rows(writer, registry, meta, key, build_payload(meta, row));
+        write_key_rows(writer, meta, targets, key, row_payload(meta, row));
         auto *entry = (NewKey *)hash_search(new_keys, &key.object_identifier, HASH_ENTER, nullptr);
         entry->shard_identifier = key.shard_identifier;
         entry->cell = key.cell ? MemoryContextStrdup(keys_context, key.cell) : nullptr;
@@ -224,22 +111,9 @@ void capture_update(OutboxWriter *writer, const Registry *registry, const TableM
             (entry->cell == nullptr ? key.cell == nullptr
                                     : key.cell != nullptr && strcmp(entry->cell, key.cell) == 0);
         if (!unchanged)
-            write_rows(writer, registry, meta, key, build_payload(meta, row));
+            write_key_rows(writer, meta, targets, key, row_payload(meta, row));
     });
     hash_destroy(new_keys);
-}
-
-void check_silo(const TableMeta *meta) {
-    if (silo_mode == SILO_MODE_MONOLITH)
-        return;
-    bool local = (silo_mode == SILO_MODE_CELL) == (meta->silo == Silo::Cell);
-    if (!local)
-        ereport(
-            ERROR,
-            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("table %s belongs to the %s silo; this database runs in %s mode", meta->relname,
-                    meta->silo == Silo::Cell ? "cell" : "control", silo_mode_name(silo_mode)),
-             errhint("Writes to a table of another silo are refused (outbox.silo_mode).")));
 }
 
 TriggerData *trigger_data(FunctionCallInfo fcinfo, const char *function) {
@@ -267,15 +141,16 @@ OUTBOX_FUNCTION(capture_row) {
                         errhint("outbox.capture_row() is installed by outbox.register_table().")));
     check_silo(meta);
     const Registry *registry = registry_get();
-    OutboxWriter *writer = outbox_writer_begin(registry);
+    CellTargets targets = capture_targets(registry);
+    OutboxWriter *writer = outbox_writer_begin(registry, true);
     if (TRIGGER_FIRED_BY_UPDATE(td->tg_event)) {
         RowKey old_key = row_key(meta, td->tg_trigslot);
         RowKey new_key = row_key(meta, td->tg_newslot);
         if (!same_key(old_key, new_key))
-            write_rows(writer, registry, meta, old_key, build_payload(meta, td->tg_trigslot));
-        write_rows(writer, registry, meta, new_key, build_payload(meta, td->tg_newslot));
+            write_key_rows(writer, meta, targets, old_key, row_payload(meta, td->tg_trigslot));
+        write_key_rows(writer, meta, targets, new_key, row_payload(meta, td->tg_newslot));
     } else {
-        capture_slot(writer, registry, meta, td->tg_trigslot);
+        write_row(writer, meta, targets, td->tg_trigslot);
     }
     outbox_writer_finish(writer);
     return PointerGetDatum(nullptr);
@@ -304,16 +179,17 @@ OUTBOX_FUNCTION(capture_statement) {
         return PointerGetDatum(nullptr);
     check_silo(meta);
     const Registry *registry = registry_get();
+    CellTargets targets = capture_targets(registry);
 
-    OutboxWriter *writer = outbox_writer_begin(registry);
+    OutboxWriter *writer = outbox_writer_begin(registry, true);
     TupleTableSlot *slot = MakeSingleTupleTableSlot(RelationGetDescr(rel), &TTSOpsMinimalTuple);
     MemoryContext per_row =
         AllocSetContextCreate(CurrentMemoryContext, "pg_outbox row", ALLOCSET_DEFAULT_SIZES);
     if (update)
-        capture_update(writer, registry, meta, td, slot, per_row);
+        capture_update(writer, targets, meta, td, slot, per_row);
     else
         for_each_row(rows, slot, per_row,
-                     [&](TupleTableSlot *row) { capture_slot(writer, registry, meta, row); });
+                     [&](TupleTableSlot *row) { write_row(writer, meta, targets, row); });
     outbox_writer_finish(writer);
     MemoryContextDelete(per_row);
     ExecDropSingleTupleTableSlot(slot);
@@ -340,26 +216,9 @@ OUTBOX_FUNCTION(capture_truncate) {
         return PointerGetDatum(nullptr);
     check_silo(meta);
     const Registry *registry = registry_get();
-    OutboxWriter *writer = outbox_writer_begin(registry);
-
-    // TRUNCATE holds ACCESS EXCLUSIVE here, so the latest snapshot sees every
-    // row it is about to remove, including rows committed after this
-    // transaction's own snapshot was taken.
-    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-    TableScanDesc scan = table_beginscan(rel, snapshot, 0, nullptr);
-    TupleTableSlot *slot = table_slot_create(rel, nullptr);
-    MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox truncate row",
-                                                  ALLOCSET_DEFAULT_SIZES);
-    MemoryContext old = MemoryContextSwitchTo(per_row);
-    while (table_scan_getnextslot(scan, ForwardScanDirection, slot)) {
-        capture_slot(writer, registry, meta, slot);
-        MemoryContextReset(per_row);
-    }
-    MemoryContextSwitchTo(old);
+    CellTargets targets = capture_targets(registry);
+    OutboxWriter *writer = outbox_writer_begin(registry, true);
+    write_all_rows(writer, rel, meta, targets);
     outbox_writer_finish(writer);
-    MemoryContextDelete(per_row);
-    ExecDropSingleTupleTableSlot(slot);
-    table_endscan(scan);
-    UnregisterSnapshot(snapshot);
     return PointerGetDatum(nullptr);
 }

@@ -40,20 +40,23 @@ struct OutboxWriter {
     PartitionBuffer *buffers[2]; // by remainder
     // Rows written of the latest category, for outbox.stats (a statement
     // writes rows of one category, so one count per statement).
+    bool capture;
     int32 counted_category;
     int64 counted_rows;
+    int64 total_rows;
 };
 
 static const OutboxTable *table_of(const Registry *registry, int silo) {
     return silo == 0 ? &registry->cell_outbox : &registry->control_outbox;
 }
 
-OutboxWriter *outbox_writer_begin(const Registry *registry) {
+OutboxWriter *outbox_writer_begin(const Registry *registry, bool capture) {
     MemoryContext context =
         AllocSetContextCreate(CurrentMemoryContext, "pg_outbox writer", ALLOCSET_DEFAULT_SIZES);
     auto *writer = (OutboxWriter *)MemoryContextAllocZero(context, sizeof(OutboxWriter));
     writer->registry = registry;
     writer->context = context;
+    writer->capture = capture;
     return writer;
 }
 
@@ -108,8 +111,10 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
         writer->next_id[silo] = nextval_internal(table->sequence, false);
         writer->ids_left[silo] = table->id_block;
     }
+    writer->total_rows++;
     if (row->category != writer->counted_category) {
-        stats_count_saved(writer->counted_category, writer->counted_rows);
+        if (writer->capture)
+            stats_count_saved(writer->counted_category, writer->counted_rows);
         writer->counted_category = row->category;
         writer->counted_rows = 0;
     }
@@ -147,8 +152,9 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
         flush(writer, silo, remainder);
 }
 
-void outbox_writer_finish(OutboxWriter *writer) {
-    stats_count_saved(writer->counted_category, writer->counted_rows);
+int64 outbox_writer_finish(OutboxWriter *writer) {
+    if (writer->capture)
+        stats_count_saved(writer->counted_category, writer->counted_rows);
     for (int silo = 0; silo < 2; silo++) {
         if (writer->buffers[silo] == nullptr)
             continue;
@@ -156,7 +162,9 @@ void outbox_writer_finish(OutboxWriter *writer) {
         for (int r = 0; r < n; r++)
             flush(writer, silo, r);
     }
+    int64 written = writer->total_rows;
     MemoryContextDelete(writer->context);
+    return written;
 }
 
 } // namespace pgoutbox

@@ -22,10 +22,11 @@ struct OutboxRow {
 
 struct OutboxWriter;
 
-// A writer in its own memory context under CurrentMemoryContext.
-OutboxWriter *outbox_writer_begin(const Registry *registry);
+// A writer in its own memory context under CurrentMemoryContext.  capture:
+// its rows count as saved in outbox.stats (backfill counts its own).
+OutboxWriter *outbox_writer_begin(const Registry *registry, bool capture);
 void outbox_writer_add(OutboxWriter *writer, Silo silo, const OutboxRow *row);
-// Writes what is buffered and frees the writer.
-void outbox_writer_finish(OutboxWriter *writer);
+// Writes what is buffered and frees the writer; returns the rows it wrote.
+int64 outbox_writer_finish(OutboxWriter *writer);
 
 } // namespace pgoutbox

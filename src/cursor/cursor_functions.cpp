@@ -20,23 +20,36 @@ Datum cursor_datum(FunctionCallInfo fcinfo, const Cursor *cursor) {
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }
 
+// The table key argument; these are internal functions, but NULL from any
+// caller is an ERROR, not a crash.
+char *table_key_argument(FunctionCallInfo fcinfo) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("table_key must not be NULL")));
+    return text_to_cstring(PG_GETARG_TEXT_PP(0));
+}
+
 } // namespace
 
 OUTBOX_FUNCTION(cursor_get) {
-    char *table_key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char *table_key = table_key_argument(fcinfo);
     Cursor cursor = cursor_read(table_key);
     return cursor_datum(fcinfo, &cursor);
 }
 
 OUTBOX_FUNCTION(cursor_peek) {
-    char *table_key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char *table_key = table_key_argument(fcinfo);
     Cursor cursor;
     bool found = cursor_peek(table_key, &cursor);
     return cursor_datum(fcinfo, found ? &cursor : nullptr);
 }
 
 OUTBOX_FUNCTION(cursor_set) {
-    char *table_key = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    char *table_key = table_key_argument(fcinfo);
+    if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                 errmsg("%s must not be NULL", PG_ARGISNULL(1) ? "lower_bound" : "version")));
     cursor_write(table_key, Cursor{PG_GETARG_INT64(1), PG_GETARG_INT32(2)});
     PG_RETURN_VOID();
 }

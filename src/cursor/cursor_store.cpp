@@ -1,10 +1,11 @@
 #include "cursor/cursor_store.hpp"
 
 #include "cursor/redis_client.hpp"
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 #include "settings.hpp"
 
 extern "C" {
+#include "mb/pg_wchar.h"
 #include "nodes/pg_list.h"
 }
 
@@ -37,10 +38,21 @@ const PendingWrite *latest_pending(const char *redis_key) {
     return found;
 }
 
-// Runs at commit with interrupts held; must not raise an ERROR.
+// Runs at commit with interrupts held; must not raise an ERROR.  One MSET
+// for every key the transaction moved (its last value), so a Redis that is
+// down or hung costs one timeout, not one per key, and a cancel or terminate
+// ends the wait (redis_client.hpp).
 void flush_pending() {
     List *writes = pending;
     pending = NIL;
+    // Allocations that fail return NULL here: an ERROR in a commit callback
+    // would be a PANIC.  Then the batches are simply done again.
+    int n = list_length(writes);
+    auto **keys = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
+    auto **values = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
+    if (keys == nullptr || values == nullptr)
+        return;
+    int nkeys = 0;
     ListCell *lc;
     foreach (lc, writes) {
         auto *write = (PendingWrite *)lfirst(lc);
@@ -52,29 +64,40 @@ void flush_pending() {
         if (superseded)
             continue;
         // No C++ exception may leave a commit callback: format into a buffer.
-        char value[64];
+        char *value = (char *)palloc_extended(64, MCXT_ALLOC_NO_OOM);
+        if (value == nullptr)
+            continue;
         try {
-            strlcpy(value, format_cursor(write->cursor).c_str(), sizeof value);
+            strlcpy(value, format_cursor(write->cursor).c_str(), 64);
         } catch (...) {
             continue; // out of memory: the batch will simply be done again
         }
-        redis::Error error;
-        volatile bool ok = false;
-        PG_TRY();
-        { ok = redis::set(write->redis_key, value, &error); }
-        PG_CATCH();
-        {
-            FlushErrorState();
-            strlcpy(error.message, "unexpected error while writing to Redis", sizeof error.message);
-        }
-        PG_END_TRY();
-        if (!ok)
-            ereport(WARNING,
-                    (errmsg("backfill cursor %s was not moved to %s: %s", write->redis_key, value,
-                            error.message),
-                     errdetail("The batch committed; it will be backfilled again from the old "
-                               "cursor (no row is skipped).")));
+        keys[nkeys] = write->redis_key;
+        values[nkeys++] = value;
     }
+    if (nkeys == 0)
+        return;
+    redis::Error error;
+    volatile bool ok = false;
+    PG_TRY();
+    { ok = redis::mset(nkeys, keys, values, &error); }
+    PG_CATCH();
+    {
+        FlushErrorState();
+        strlcpy(error.message, "unexpected error while writing to Redis", sizeof error.message);
+    }
+    PG_END_TRY();
+    if (!ok && nkeys == 1)
+        ereport(WARNING, (errmsg("backfill cursor %s was not moved to %s: %s", keys[0], values[0],
+                                 error.message),
+                          errdetail("The batch committed; it will be backfilled again from the old "
+                                    "cursor (no row is skipped).")));
+    else if (!ok)
+        ereport(WARNING,
+                (errmsg("%d backfill cursors were not moved (%s to %s among them): %s", nkeys,
+                        keys[0], values[0], error.message),
+                 errdetail("The batches committed; they will be backfilled again from the old "
+                           "cursors (no row is skipped).")));
 }
 
 void on_xact(XactEvent event, void *) {
@@ -105,14 +128,16 @@ void on_subxact(SubXactEvent event, SubTransactionId subxact, SubTransactionId p
     if (pending == NIL)
         return;
     if (event == SUBXACT_EVENT_ABORT_SUB) {
-        List *kept = NIL;
+        // In place: the current memory context is the aborting
+        // subtransaction's, reset at its cleanup, so a list rebuilt here
+        // would be freed under the transaction (issue 9: a released write was
+        // lost, and with more allocations meanwhile the backend crashed).
         ListCell *lc;
         foreach (lc, pending) {
             auto *write = (PendingWrite *)lfirst(lc);
-            if (write->subxact < subxact)
-                kept = lappend(kept, write);
+            if (write->subxact >= subxact)
+                pending = foreach_delete_current(pending, lc);
         }
-        pending = kept;
     } else if (event == SUBXACT_EVENT_COMMIT_SUB) {
         ListCell *lc;
         foreach (lc, pending) {
@@ -142,10 +167,19 @@ void add_pending(const char *redis_key, const Cursor &cursor) {
     MemoryContextSwitchTo(old);
 }
 
+// At most this much of a value that is not a cursor goes into a message: a
+// hostile Redis value would otherwise be logged whole.
+constexpr int shown_bytes = 100;
+
 [[noreturn]] void corrupt(const char *where, const char *value) {
+    int length = (int)strlen(value);
+    int shown = pg_mbcliplen(value, length, shown_bytes);
+    const char *excerpt =
+        shown < length
+            ? psprintf("%s... (%d bytes)", quote_literal_cstr(pnstrdup(value, shown)), length)
+            : quote_literal_cstr(value);
     ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                    errmsg("backfill cursor %s is not [lower_bound, version]: %s", where,
-                           quote_literal_cstr(value)),
+                    errmsg("backfill cursor %s is not [lower_bound, version]: %s", where, excerpt),
                     errhint("Fix the value with outbox.set_processing_state(); pg_outbox does "
                             "not reset a cursor it cannot read.")));
     pg_unreachable();
@@ -161,14 +195,14 @@ Cursor parse_or_error(const char *where, const char *value) {
 // outbox.cursors, through SPI as the extension owner.
 bool table_read(const char *table_key, Cursor *cursor) {
     SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
     Oid argtypes[1] = {TEXTOID};
     Datum args[1] = {CStringGetTextDatum(table_key)};
-    SPI_execute_with_args("SELECT lower_bound, version FROM outbox.cursors WHERE table_key = $1", 1,
-                          argtypes, args, nullptr, false, 1);
-    pg::privileged_end(&scope);
-    bool found = SPI_processed == 1;
+    bool found = pg::spi_run("reading a cursor",
+                             "SELECT lower_bound, version FROM outbox.cursors WHERE table_key = $1",
+                             1, argtypes, args, nullptr, false, 1, SPI_OK_SELECT) == 1;
+    pg::run_as_end(&scope);
     if (found) {
         bool isnull;
         cursor->lower_bound =
@@ -182,20 +216,17 @@ bool table_read(const char *table_key, Cursor *cursor) {
 
 void table_write(const char *table_key, const Cursor &cursor) {
     SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
     Oid argtypes[3] = {TEXTOID, INT8OID, INT4OID};
     Datum args[3] = {CStringGetTextDatum(table_key), Int64GetDatum(cursor.lower_bound),
                      Int32GetDatum(cursor.version)};
-    int rc = SPI_execute_with_args(
-        "INSERT INTO outbox.cursors AS c (table_key, lower_bound, version) VALUES ($1, $2, $3)"
-        " ON CONFLICT (table_key) DO UPDATE SET lower_bound = excluded.lower_bound,"
-        " version = excluded.version",
-        3, argtypes, args, nullptr, false, 0);
-    pg::privileged_end(&scope);
-    if (rc != SPI_OK_INSERT)
-        elog(ERROR, "pg_outbox: writing the cursor of %s failed: %s", table_key,
-             SPI_result_code_string(rc));
+    pg::spi_run("writing a cursor",
+                "INSERT INTO outbox.cursors AS c (table_key, lower_bound, version)"
+                " VALUES ($1, $2, $3) ON CONFLICT (table_key) DO UPDATE SET"
+                " lower_bound = excluded.lower_bound, version = excluded.version",
+                3, argtypes, args, nullptr, false, 0, SPI_OK_INSERT);
+    pg::run_as_end(&scope);
     SPI_finish();
 }
 

@@ -3,7 +3,6 @@
 #include "settings.hpp"
 
 extern "C" {
-#include "common/hashfn.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -12,6 +11,8 @@ extern "C" {
 
 #include <hiredis/hiredis.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 namespace pgoutbox::redis {
 
@@ -52,6 +53,12 @@ bool wait_for(int events, TimestampTz deadline, int timeout_ms, const char *what
         if (rc & WL_LATCH_SET) {
             ResetLatch(MyLatch);
             CHECK_FOR_INTERRUPTS();
+            // Interrupts are held (a commit callback): give up the wait, and
+            // the cancel or terminate takes effect once they are resumed.
+            if (QueryCancelPending || ProcDiePending) {
+                fail(error, "Redis at %s:%d: %s", "interrupted by a cancel or terminate request");
+                return false;
+            }
         }
         if (rc & (WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE))
             return true;
@@ -59,10 +66,12 @@ bool wait_for(int events, TimestampTz deadline, int timeout_ms, const char *what
 }
 
 bool command(redisReply **reply_out, Error *error, int argc, const char **argv) {
-    size_t lengths[4];
+    auto *lengths = (size_t *)palloc(sizeof(size_t) * argc);
     for (int i = 0; i < argc; i++)
         lengths[i] = strlen(argv[i]);
-    if (redisAppendCommandArgv(connection, argc, argv, lengths) != REDIS_OK) {
+    int appended = redisAppendCommandArgv(connection, argc, argv, lengths);
+    pfree(lengths);
+    if (appended != REDIS_OK) {
         fail(error, "Redis at %s:%d: %s", connection->errstr);
         return false;
     }
@@ -118,14 +127,11 @@ bool simple_command(Error *error, int argc, const char **argv) {
     return true;
 }
 
-// The password: outbox.redis_password, else the first line of
-// outbox.redis_password_file, else none.  Never put into a message.
+// The password: the first line of outbox.redis_password_file, or none.  The
+// file must belong to the server's OS user and be unreadable by anyone else,
+// as PostgreSQL requires of its SSL key.  Never put into a message.
 bool password(char *buffer, size_t size, Error *error) {
     buffer[0] = '\0';
-    if (redis_password != nullptr && redis_password[0] != '\0') {
-        strlcpy(buffer, redis_password, size);
-        return true;
-    }
     if (redis_password_file == nullptr || redis_password_file[0] == '\0')
         return true;
     FILE *file = AllocateFile(redis_password_file, "r");
@@ -133,6 +139,16 @@ bool password(char *buffer, size_t size, Error *error) {
         snprintf(error->message, sizeof error->message,
                  "could not open outbox.redis_password_file \"%s\": %s", redis_password_file,
                  strerror(errno));
+        return false;
+    }
+    struct stat st;
+    if (fstat(fileno(file), &st) != 0 || st.st_uid != geteuid() ||
+        (st.st_mode & (S_IRWXG | S_IRWXO)) != 0) {
+        FreeFile(file);
+        snprintf(error->message, sizeof error->message,
+                 "outbox.redis_password_file \"%s\" must belong to the database server's OS "
+                 "user and give no permission to group or others (chmod 600)",
+                 redis_password_file);
         return false;
     }
     if (fgets(buffer, (int)size, file) == nullptr)
@@ -193,11 +209,8 @@ bool connect(Error *error) {
 // A usable connection to the configured server, checked once per transaction.
 bool ensure_connection(Error *error) {
     char target[256];
-    // A changed password takes effect on the next connection.
-    snprintf(target, sizeof target, "%s:%d/%d/%u/%s", redis_host, redis_port, redis_db,
-             redis_password
-                 ? hash_bytes((const unsigned char *)redis_password, (int)strlen(redis_password))
-                 : 0,
+    // A changed password file takes effect on the next connection.
+    snprintf(target, sizeof target, "%s:%d/%d/%s", redis_host, redis_port, redis_db,
              redis_password_file ? redis_password_file : "");
     if (connection != nullptr && (in_flight || strcmp(target, connected_to) != 0))
         drop_connection();
@@ -250,6 +263,20 @@ bool set(const char *key, const char *value, Error *error) {
         return false;
     const char *argv[] = {"SET", key, value};
     return simple_command(error, 3, argv);
+}
+
+bool mset(int n, const char *const *keys, const char *const *values, Error *error) {
+    if (!ensure_connection(error))
+        return false;
+    auto **argv = (const char **)palloc(sizeof(char *) * (1 + 2 * n));
+    argv[0] = "MSET";
+    for (int i = 0; i < n; i++) {
+        argv[1 + 2 * i] = keys[i];
+        argv[2 + 2 * i] = values[i];
+    }
+    bool ok = simple_command(error, 1 + 2 * n, argv);
+    pfree(argv);
+    return ok;
 }
 
 char *get_or_error(const char *key) {

@@ -1,5 +1,9 @@
 // A Redis connection inside a backend (hiredis), one per backend, reused.
 //
+// The password is the first line of outbox.redis_password_file, a file the
+// server's OS user owns and nobody else may read (SPEC section 9): it never
+// passes through SQL, a GUC, a catalog or a message.
+//
 // Every wait is bounded (outbox.redis_connect_timeout_ms for the connect,
 // outbox.redis_command_timeout_ms for each command) and interruptible: the
 // socket is non-blocking and waited on with WaitLatchOrSocket, so a query
@@ -28,6 +32,11 @@ bool get(const char *key, char **value, Error *error);
 
 // SET key value.
 bool set(const char *key, const char *value, Error *error);
+
+// MSET key value ...: n keys in one round trip.  With interrupts held (at
+// commit), a cancel or terminate request ends the wait with a failure, so
+// that the request takes effect once the commit is done.
+bool mset(int n, const char *const *keys, const char *const *values, Error *error);
 
 // As above, but raise the failure as an ERROR.
 char *get_or_error(const char *key);

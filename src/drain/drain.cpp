@@ -8,6 +8,7 @@
 #include "stats/stats.hpp"
 
 extern "C" {
+#include "catalog/pg_proc.h"
 #include "common/hashfn.h"
 #include "storage/itemptr.h"
 #include "utils/tuplestore.h"
@@ -173,9 +174,48 @@ Datum message_datum(const DrainShard *shard, const Message *message, TupleDesc d
     return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-// Calls the handler in a subtransaction; on error fills *error and returns
-// false.  The PL/pgSQL exception-block pattern.
-bool call_handler(FmgrInfo *handler, Datum message, char **error) {
+// A category's handler, resolved for one shard: the function may have been
+// dropped since it was registered (then every message of the category fails
+// visibly, and nothing is lost), and it runs as its owner.
+struct Handler {
+    int32 category;
+    FmgrInfo function;
+    Oid owner;
+    const char *missing; // the error when the function is gone, else NULL
+};
+
+int resolve_handlers(const Registry *registry, Handler **result) {
+    int n = registry->nhandlers;
+    auto *handlers = (Handler *)palloc0(sizeof(Handler) * Max(n, 1));
+    for (int h = 0; h < n; h++) {
+        Handler *handler = &handlers[h];
+        Oid function = registry->handler_functions[h];
+        handler->category = registry->handler_categories[h];
+        HeapTuple proc = SearchSysCache1(PROCOID, ObjectIdGetDatum(function));
+        if (!HeapTupleIsValid(proc)) {
+            handler->missing = psprintf("the handler function of category %d (OID %u) no longer "
+                                        "exists; register another with outbox.register_handler()",
+                                        handler->category, function);
+            continue;
+        }
+        handler->owner = ((Form_pg_proc)GETSTRUCT(proc))->proowner;
+        ReleaseSysCache(proc);
+        fmgr_info(function, &handler->function);
+    }
+    *result = handlers;
+    return n;
+}
+
+// Calls the handler in a subtransaction, as the owner of its function (what
+// a SECURITY DEFINER function would do: the message is handed to code its
+// owner wrote, with that owner's rights and no more); on error fills *error
+// and returns false.  The PL/pgSQL exception-block pattern: rolling the
+// subtransaction back also restores the user and security context.
+bool call_handler(Handler *handler, Datum message, char **error) {
+    if (handler->missing != nullptr) {
+        *error = pstrdup(handler->missing);
+        return false;
+    }
     MemoryContext context = CurrentMemoryContext;
     ResourceOwner owner = CurrentResourceOwner;
     volatile bool ok = true;
@@ -189,12 +229,17 @@ bool call_handler(FmgrInfo *handler, Datum message, char **error) {
     }
     PG_TRY();
     {
+        Oid saved_user;
+        int saved_context;
+        GetUserIdAndSecContext(&saved_user, &saved_context);
+        SetUserIdAndSecContext(handler->owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
         // Not FunctionCall1: a void SQL-language function returns NULL.
         LOCAL_FCINFO(call, 1);
-        InitFunctionCallInfoData(*call, handler, 1, InvalidOid, nullptr, nullptr);
+        InitFunctionCallInfoData(*call, &handler->function, 1, InvalidOid, nullptr, nullptr);
         call->args[0].value = message;
         call->args[0].isnull = false;
         (void)FunctionCallInvoke(call);
+        SetUserIdAndSecContext(saved_user, saved_context);
         if (handler_timeout_ms > 0)
             disable_timeout(handler_timeout_id, false);
         ReleaseCurrentSubTransaction();
@@ -211,6 +256,10 @@ bool call_handler(FmgrInfo *handler, Datum message, char **error) {
         RollbackAndReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
         CurrentResourceOwner = owner;
+        // A cancel or statement_timeout of the caller's is not the
+        // handler's failure: it ends the drain (outbox.handler_timeout is).
+        if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !handler_timed_out)
+            ReThrowError(edata);
         if (handler_timed_out)
             *error =
                 psprintf("handler exceeded outbox.handler_timeout (%d ms)", handler_timeout_ms);
@@ -309,24 +358,18 @@ int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
     int *row_message = (int *)palloc(sizeof(int) * shard->nrows);
     int nmessages = coalesce(shard, messages, row_message);
     bool *message_delivered = (bool *)palloc0(sizeof(bool) * nmessages);
-    // Copies: a handler's own writes may rebuild the registry cache.
     const Registry *registry = registry_get();
     TupleDesc desc = lookup_rowtype_tupdesc_copy(registry->message_type, -1);
-    int nhandlers = registry->nhandlers;
-    int32 *categories = (int32 *)palloc(sizeof(int32) * Max(nhandlers, 1));
-    FmgrInfo *handlers = (FmgrInfo *)palloc(sizeof(FmgrInfo) * Max(nhandlers, 1));
-    for (int h = 0; h < nhandlers; h++) {
-        categories[h] = registry->handler_categories[h];
-        fmgr_info_copy(&handlers[h], &registry->handlers[h], CurrentMemoryContext);
-    }
+    Handler *handlers;
+    int nhandlers = resolve_handlers(registry, &handlers);
 
     int delivered = 0;
     const Message *failed = nullptr;
     char *error = nullptr;
     for (int m = 0; m < nmessages; m++) {
-        FmgrInfo *handler = nullptr;
+        Handler *handler = nullptr;
         for (int h = 0; h < nhandlers && handler == nullptr; h++)
-            if (categories[h] == messages[m].category)
+            if (handlers[h].category == messages[m].category)
                 handler = &handlers[h];
         if (handler == nullptr)
             continue; // no handler: the message stays, visible

@@ -12,7 +12,7 @@
 // Written without C++ objects that own resources around PostgreSQL calls:
 // errors unwind through it freely.
 #include "pg/guard.hpp"
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 #include "registry/table_meta.hpp"
 
 #include <algorithm>
@@ -196,12 +196,13 @@ HTAB *read_errors(ShardTable *shards, Cells *cells, MemoryContext context) {
     HTAB *errors =
         hash_create("pg_outbox shard errors", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
     SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
-    SPI_execute("SELECT e.silo = 'control', e.shard_scope, e.shard_identifier, e.cell_name,"
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    pg::spi_run("reading outbox.shard_errors",
+                "SELECT e.silo = 'control', e.shard_scope, e.shard_identifier, e.cell_name,"
                 " e.attempts, e.last_error, e.last_error_at FROM outbox.shard_errors e",
-                true, 0);
-    pg::privileged_end(&scope);
+                0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
+    pg::run_as_end(&scope);
     for (uint64 i = 0; i < SPI_processed; i++) {
         HeapTuple row = SPI_tuptable->vals[i];
         TupleDesc desc = SPI_tuptable->tupdesc;

@@ -1,6 +1,6 @@
 #include "registry/table_meta.hpp"
 
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 
 extern "C" {
 #include "catalog/pg_sequence.h"
@@ -8,11 +8,40 @@ extern "C" {
 
 namespace pgoutbox {
 
-static Registry registry;
-static HTAB *table_cache = nullptr;
-static bool callback_registered = false;
+namespace {
 
-static bool in_outbox_table(const OutboxTable *table, Oid relid) {
+Registry *registry = nullptr; // the latest built, possibly stale
+bool registry_valid = false;
+uint64 registry_invalidations = 0;
+
+struct CacheEntry {
+    Oid relid; // hash key
+    TableMeta *meta;
+    bool valid;
+    uint64 invalidations;
+};
+HTAB *table_cache = nullptr;
+
+// Entries replaced while the transaction may still use them; freed when it
+// ends.
+MemoryContext retired = nullptr;
+bool callbacks_registered = false;
+
+void retire(MemoryContext context) {
+    if (retired == nullptr)
+        retired = AllocSetContextCreate(CacheMemoryContext, "pg_outbox retired cache entries",
+                                        ALLOCSET_SMALL_SIZES);
+    MemoryContextSetParent(context, retired);
+}
+
+void free_retired(XactEvent event, void *) {
+    if (retired != nullptr &&
+        (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
+         event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT))
+        MemoryContextReset(retired);
+}
+
+bool in_outbox_table(const OutboxTable *table, Oid relid) {
     if (relid == table->relid)
         return true;
     for (int i = 0; i < table->nremainders; i++)
@@ -21,35 +50,45 @@ static bool in_outbox_table(const OutboxTable *table, Oid relid) {
     return false;
 }
 
+} // namespace
+
 bool is_outbox_relation(const Registry *registry, Oid relid) {
     return in_outbox_table(&registry->cell_outbox, relid) ||
            in_outbox_table(&registry->control_outbox, relid);
 }
 
 static void invalidate_callback(Datum, Oid relid) {
-    bool everything = relid == InvalidOid || relid == registry.registry_relid ||
-                      relid == registry.cells_relid || relid == registry.handlers_relid ||
-                      is_outbox_relation(&registry, relid);
-    if (everything)
-        registry.valid = false;
+    bool everything = relid == InvalidOid ||
+                      (registry != nullptr &&
+                       (relid == registry->registry_relid || relid == registry->cells_relid ||
+                        relid == registry->handlers_relid || is_outbox_relation(registry, relid)));
+    if (everything) {
+        registry_valid = false;
+        registry_invalidations++;
+    }
     if (table_cache == nullptr)
         return;
+    auto stale = [](CacheEntry *entry) {
+        entry->valid = false;
+        entry->invalidations++;
+    };
     if (everything) {
         HASH_SEQ_STATUS status;
         hash_seq_init(&status, table_cache);
-        for (auto *entry = (TableMeta *)hash_seq_search(&status); entry != nullptr;
-             entry = (TableMeta *)hash_seq_search(&status))
-            entry->valid = false;
-    } else if (auto *entry = (TableMeta *)hash_search(table_cache, &relid, HASH_FIND, nullptr)) {
-        entry->valid = false;
+        for (auto *entry = (CacheEntry *)hash_seq_search(&status); entry != nullptr;
+             entry = (CacheEntry *)hash_seq_search(&status))
+            stale(entry);
+    } else if (auto *entry = (CacheEntry *)hash_search(table_cache, &relid, HASH_FIND, nullptr)) {
+        stale(entry);
     }
 }
 
-static void ensure_callback() {
-    if (callback_registered)
+static void ensure_callbacks() {
+    if (callbacks_registered)
         return;
     CacheRegisterRelcacheCallback(invalidate_callback, (Datum)0);
-    callback_registered = true;
+    RegisterXactCallback(free_retired, nullptr);
+    callbacks_registered = true;
 }
 
 int64 integer_datum(Datum value, Oid type) {
@@ -146,62 +185,70 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
 }
 
 // Cells and handlers, read as the extension's owner.
-static void load_cells_and_handlers() {
+static void load_cells_and_handlers(Registry *fresh) {
     SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
-    SPI_execute("SELECT name FROM outbox.cells ORDER BY name", true, 0);
-    registry.ncells = (int)SPI_processed;
-    registry.cells = (const char **)MemoryContextAllocZero(
-        registry.context, sizeof(char *) * Max(registry.ncells, 1));
-    for (int i = 0; i < registry.ncells; i++)
-        registry.cells[i] = MemoryContextStrdup(
-            registry.context, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
-    registry.message_type =
-        GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
-                        ObjectIdGetDatum(outbox_namespace()));
-    if (OidIsValid(get_relname_relid("handlers", outbox_namespace()))) {
-        SPI_execute("SELECT category, handler::pg_catalog.oid FROM outbox.handlers", true, 0);
-        registry.nhandlers = (int)SPI_processed;
-        registry.handler_categories = (int32 *)MemoryContextAllocZero(
-            registry.context, sizeof(int32) * Max(registry.nhandlers, 1));
-        registry.handlers = (FmgrInfo *)MemoryContextAllocZero(
-            registry.context, sizeof(FmgrInfo) * Max(registry.nhandlers, 1));
-        for (int i = 0; i < registry.nhandlers; i++) {
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    fresh->ncells =
+        (int)pg::spi_run("reading outbox.cells", "SELECT name FROM outbox.cells ORDER BY name", 0,
+                         nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
+    fresh->cells = (const char **)MemoryContextAllocZero(fresh->context,
+                                                         sizeof(char *) * Max(fresh->ncells, 1));
+    for (int i = 0; i < fresh->ncells; i++)
+        fresh->cells[i] = MemoryContextStrdup(
+            fresh->context, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    fresh->message_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
+                                          ObjectIdGetDatum(outbox_namespace()));
+    if (OidIsValid(fresh->handlers_relid)) {
+        fresh->nhandlers = (int)pg::spi_run(
+            "reading outbox.handlers",
+            "SELECT category, handler::pg_catalog.oid FROM outbox.handlers ORDER BY category", 0,
+            nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
+        fresh->handler_categories = (int32 *)MemoryContextAllocZero(
+            fresh->context, sizeof(int32) * Max(fresh->nhandlers, 1));
+        fresh->handler_functions =
+            (Oid *)MemoryContextAllocZero(fresh->context, sizeof(Oid) * Max(fresh->nhandlers, 1));
+        for (int i = 0; i < fresh->nhandlers; i++) {
             bool isnull;
             HeapTuple row = SPI_tuptable->vals[i];
-            registry.handler_categories[i] =
+            fresh->handler_categories[i] =
                 DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
-            fmgr_info_cxt(DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull)),
-                          &registry.handlers[i], registry.context);
+            fresh->handler_functions[i] =
+                DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
         }
     }
-    pg::privileged_end(&scope);
+    pg::run_as_end(&scope);
     SPI_finish();
 }
 
 const Registry *registry_get() {
-    ensure_callback();
-    if (registry.valid)
-        return &registry;
+    ensure_callbacks();
+    if (registry_valid)
+        return registry;
 
-    if (registry.context != nullptr)
-        MemoryContextDelete(registry.context);
-    registry = Registry{};
-    registry.context =
+    uint64 seen = registry_invalidations;
+    MemoryContext context =
         AllocSetContextCreate(CacheMemoryContext, "pg_outbox registry", ALLOCSET_SMALL_SIZES);
-    MemoryContext old = MemoryContextSwitchTo(registry.context);
+    // Among the retired until complete: an ERROR below frees it with them.
+    retire(context);
+    auto *fresh = (Registry *)MemoryContextAllocZero(context, sizeof(Registry));
+    fresh->context = context;
+    MemoryContext old = MemoryContextSwitchTo(context);
     Oid nsp = outbox_namespace();
-    registry.registry_relid = get_relname_relid("registered_tables", nsp);
-    registry.cells_relid = get_relname_relid("cells", nsp);
-    registry.handlers_relid = get_relname_relid("handlers", nsp);
-    load_outbox_table(&registry.cell_outbox, "cell_outbox", "cell_outbox_id_seq", 9);
-    load_outbox_table(&registry.control_outbox, "control_outbox", "control_outbox_id_seq", 10);
+    fresh->registry_relid = get_relname_relid("registered_tables", nsp);
+    fresh->cells_relid = get_relname_relid("cells", nsp);
+    fresh->handlers_relid = get_relname_relid("handlers", nsp);
+    load_outbox_table(&fresh->cell_outbox, "cell_outbox", "cell_outbox_id_seq", 9);
+    load_outbox_table(&fresh->control_outbox, "control_outbox", "control_outbox_id_seq", 10);
     MemoryContextSwitchTo(old);
-    load_cells_and_handlers();
-    // Set last: an error above leaves the registry invalid, to be rebuilt.
-    registry.valid = true;
-    return &registry;
+    load_cells_and_handlers(fresh);
+
+    MemoryContextSetParent(context, CacheMemoryContext);
+    if (registry != nullptr)
+        retire(registry->context);
+    registry = fresh;
+    registry_valid = registry_invalidations == seen;
+    return registry;
 }
 
 static AttrNumber resolve_column(Relation rel, const char *column, const char *role) {
@@ -226,38 +273,69 @@ static void require_integer(Relation rel, AttrNumber attnum, const char *role) {
                                role, RelationGetRelationName(rel), format_type_be(type))));
 }
 
-// Fills entry from the registry row that covers rel (rel itself or the
-// nearest registered partition ancestor).
-static void build_entry(TableMeta *entry, Relation rel) {
-    static const char *query =
-        "SELECT r.table_key, r.silo, r.category, c.scope, r.shard_column::text,"
-        " r.cell_column::text, r.payload_columns::text[]"
-        " FROM outbox.registered_tables r"
-        " JOIN outbox.categories c ON c.id = r.category"
-        " JOIN outbox._self_and_ancestors($1) a ON a.relid = r.relid"
-        " ORDER BY a.depth LIMIT 1";
-    static SPIPlanPtr plan = nullptr;
+static void require_textual(Relation rel, AttrNumber attnum) {
+    Oid type = column_type(rel, attnum);
+    if (type != TEXTOID && type != VARCHAROID && type != NAMEOID)
+        ereport(ERROR,
+                (errcode(ERRCODE_DATATYPE_MISMATCH),
+                 errmsg("cell column of registered table %s is of type %s, not text, varchar or "
+                        "name",
+                        RelationGetRelationName(rel), format_type_be(type))));
+}
 
-    SPI_connect();
-    pg::PrivilegedScope scope;
-    pg::privileged_begin(&scope);
-    if (plan == nullptr) {
-        Oid argtypes[1] = {REGCLASSOID};
-        SPIPlanPtr fresh = SPI_prepare(query, 1, argtypes);
+// The registry row that covers rel: rel itself or its nearest registered
+// partition ancestor, or the given root.
+static uint64 read_registration(Relation rel, Oid root) {
+    static const char *columns = "SELECT r.table_key, r.silo, r.category, c.scope,"
+                                 " r.shard_column::text, r.cell_column::text,"
+                                 " r.payload_columns::text[]"
+                                 " FROM outbox.registered_tables r"
+                                 " JOIN outbox.categories c ON c.id = r.category";
+    // Capture asks on every first write to a relation: keep that plan.
+    static SPIPlanPtr covering = nullptr;
+    if (OidIsValid(root)) {
+        Oid types[1] = {OIDOID};
+        Datum args[1] = {ObjectIdGetDatum(root)};
+        return pg::spi_run("reading the registry", psprintf("%s WHERE r.relid = $1", columns), 1,
+                           types, args, nullptr, true, 1, SPI_OK_SELECT);
+    }
+    if (covering == nullptr) {
+        Oid types[1] = {REGCLASSOID};
+        SPIPlanPtr fresh = SPI_prepare(psprintf("%s JOIN outbox._self_and_ancestors($1) a"
+                                                " ON a.relid = r.relid ORDER BY a.depth LIMIT 1",
+                                                columns),
+                                       1, types);
         if (fresh == nullptr)
             elog(ERROR, "pg_outbox: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
         SPI_keepplan(fresh);
-        plan = fresh;
+        covering = fresh;
     }
     Datum args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
-    int rc = SPI_execute_plan(plan, args, nullptr, true, 1);
-    pg::privileged_end(&scope);
+    int rc = SPI_execute_plan(covering, args, nullptr, true, 1);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "pg_outbox: registry lookup failed: %s", SPI_result_code_string(rc));
+    return SPI_processed;
+}
 
-    MemoryContext old = MemoryContextSwitchTo(entry->context);
+// A new entry for rel in a context of its own, among the retired until
+// complete (an ERROR frees it at the end of the transaction).
+static TableMeta *build_entry(Relation rel, Oid root) {
+    MemoryContext context =
+        AllocSetContextCreate(CacheMemoryContext, "pg_outbox table meta", ALLOCSET_SMALL_SIZES);
+    retire(context);
+    auto *entry = (TableMeta *)MemoryContextAllocZero(context, sizeof(TableMeta));
+    entry->relid = RelationGetRelid(rel);
+    entry->context = context;
+
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    uint64 found = read_registration(rel, root);
+    pg::run_as_end(&scope);
+
+    MemoryContext old = MemoryContextSwitchTo(context);
     entry->relname = pstrdup(RelationGetRelationName(rel));
-    entry->registered = SPI_processed == 1;
+    entry->registered = found == 1;
     if (entry->registered) {
         HeapTuple row = SPI_tuptable->vals[0];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -280,8 +358,12 @@ static void build_entry(TableMeta *entry, Relation rel) {
             entry->shard_type = column_type(rel, entry->shard_attnum);
         }
         char *cell = SPI_getvalue(row, desc, 6);
-        entry->cell_attnum =
-            cell != nullptr ? resolve_column(rel, cell, "cell") : InvalidAttrNumber;
+        entry->cell_attnum = InvalidAttrNumber;
+        if (cell != nullptr) {
+            entry->cell_attnum = resolve_column(rel, cell, "cell");
+            require_textual(rel, entry->cell_attnum);
+            entry->cell_type = column_type(rel, entry->cell_attnum);
+        }
 
         Datum payload = SPI_getbinval(row, desc, 7, &isnull);
         entry->npayload = 0;
@@ -297,7 +379,7 @@ static void build_entry(TableMeta *entry, Relation rel) {
                 column->name = TextDatumGetCString(names[i]);
                 column->attnum = resolve_column(rel, column->name, "payload");
                 Form_pg_attribute att = TupleDescAttr(RelationGetDescr(rel), column->attnum - 1);
-                fmgr_info_cxt(F_TO_JSONB, &column->to_jsonb, entry->context);
+                fmgr_info_cxt(F_TO_JSONB, &column->to_jsonb, context);
                 column->to_jsonb.fn_expr = (Node *)makeFuncExpr(
                     F_TO_JSONB, JSONBOID,
                     list_make1(makeNullConst(att->atttypid, att->atttypmod, att->attcollation)),
@@ -308,34 +390,43 @@ static void build_entry(TableMeta *entry, Relation rel) {
     }
     MemoryContextSwitchTo(old);
     SPI_finish();
+    return entry;
 }
 
 const TableMeta *table_meta_get(Relation rel) {
-    ensure_callback();
+    ensure_callbacks();
     if (table_cache == nullptr) {
         HASHCTL ctl;
         memset(&ctl, 0, sizeof ctl);
         ctl.keysize = sizeof(Oid);
-        ctl.entrysize = sizeof(TableMeta);
+        ctl.entrysize = sizeof(CacheEntry);
         ctl.hcxt = CacheMemoryContext;
         table_cache =
             hash_create("pg_outbox table cache", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
     }
     Oid relid = RelationGetRelid(rel);
     bool found;
-    auto *entry = (TableMeta *)hash_search(table_cache, &relid, HASH_ENTER, &found);
-    if (found && entry->valid)
-        return entry;
-    if (found && entry->context != nullptr)
-        MemoryContextDelete(entry->context);
-    memset(entry, 0, sizeof *entry);
-    entry->relid = relid;
-    entry->context =
-        AllocSetContextCreate(CacheMemoryContext, "pg_outbox table meta", ALLOCSET_SMALL_SIZES);
-    // An error while building leaves valid false: the next call rebuilds.
-    build_entry(entry, rel);
-    entry->valid = true;
-    return entry;
+    auto *entry = (CacheEntry *)hash_search(table_cache, &relid, HASH_ENTER, &found);
+    if (!found) {
+        entry->meta = nullptr;
+        entry->valid = false;
+        entry->invalidations = 0;
+    }
+    if (entry->valid)
+        return entry->meta;
+    uint64 seen = entry->invalidations;
+    TableMeta *fresh = build_entry(rel, InvalidOid);
+    MemoryContextSetParent(fresh->context, CacheMemoryContext);
+    if (entry->meta != nullptr)
+        retire(entry->meta->context);
+    entry->meta = fresh;
+    entry->valid = entry->invalidations == seen;
+    return fresh;
+}
+
+const TableMeta *table_meta_build(Relation rel, Oid root) {
+    ensure_callbacks();
+    return build_entry(rel, root);
 }
 
 } // namespace pgoutbox

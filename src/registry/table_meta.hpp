@@ -6,8 +6,12 @@
 // Entries are built on first use and dropped by relcache invalidation: of the
 // relation itself (ALTER TABLE), of the registry tables (every registry
 // change calls outbox._invalidate_cache()), or of the outbox tables.
-// Invalidation only marks entries stale; memory is released at the next
-// lookup, never under a caller that is still using an entry.
+// An entry, once returned, never changes: a rebuild makes a new one and the
+// old one is freed at the end of the transaction, since a caller may still
+// hold it (user code run from capture, a payload cast say, can reach another
+// capture that rebuilds the same entry).  An invalidation that arrives while
+// an entry is being built leaves it stale, to be built again (PgQ's trigger
+// cache guards against the same race).
 #pragma once
 
 #include "pg/postgres.hpp"
@@ -23,8 +27,7 @@ struct PayloadColumn {
 };
 
 struct TableMeta {
-    Oid relid; // hash key: the relation the trigger fires on
-    bool valid;
+    Oid relid;       // the relation the trigger fires on
     bool registered; // false: no registration covers this relation
     MemoryContext context;
     const char *relname;
@@ -37,6 +40,7 @@ struct TableMeta {
     AttrNumber shard_attnum; // InvalidAttrNumber: the id is the shard identifier
     Oid shard_type;
     AttrNumber cell_attnum; // control tables only; InvalidAttrNumber: every cell
+    Oid cell_type;          // text, varchar or name
     int npayload;           // 0: payload is NULL
     PayloadColumn *payload;
 };
@@ -66,7 +70,6 @@ struct OutboxTable {
 };
 
 struct Registry {
-    bool valid;
     MemoryContext context;
     Oid registry_relid; // outbox.registered_tables
     Oid cells_relid;    // outbox.cells
@@ -77,15 +80,20 @@ struct Registry {
     const char **cells; // registered cells, sorted
     int nhandlers;      // outbox.handlers (0.3.0 and later)
     int32 *handler_categories;
-    FmgrInfo *handlers;
-    Oid message_type; // outbox.message, or InvalidOid before 0.3.0
+    Oid *handler_functions; // may have been dropped since: drain/ checks
+    Oid message_type;       // outbox.message, or InvalidOid before 0.3.0
 };
 
-// Both return entries valid until the next call of either.
 bool is_outbox_relation(const Registry *registry, Oid relid);
 
+// Valid to the end of the transaction.
 const Registry *registry_get();
 const TableMeta *table_meta_get(Relation rel);
+
+// rel as a part of the registered table root, which need no longer be its
+// ancestor (a partition being detached).  Not cached; valid to the end of the
+// transaction.
+const TableMeta *table_meta_build(Relation rel, Oid root);
 
 // Reads an integer column (int2, int4 or int8) as int64.
 int64 integer_datum(Datum value, Oid type);

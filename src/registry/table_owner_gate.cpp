@@ -1,18 +1,22 @@
 // outbox.register_table, outbox.unregister_table and
 // outbox.set_replication_version are this one C function.  It checks that the
-// caller owns the table (a SECURITY DEFINER function could not: it no longer
-// knows who called it), then runs outbox._<same name>(<same arguments>), the
-// SQL body, as pg_outbox's owner with search_path pinned.  The bodies are not
-// executable by anyone else, so the ownership check cannot be skipped.
+// caller owns the table and, unless a superuser, holds REGISTER on the
+// table's category (outbox.grant_category), then runs outbox._<same
+// name>(<same arguments>), the SQL body, as pg_outbox's owner with
+// search_path pinned.  A SECURITY DEFINER function could not do the checks:
+// it no longer knows who called it.  The bodies are not executable by anyone
+// else, so the checks cannot be skipped.
 //
 // Written without C++ objects that own resources: errors from SPI unwind
 // through it freely.
 #include "pg/guard.hpp"
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
 }
+
+using namespace pgoutbox;
 
 OUTBOX_FUNCTION(table_owner_gate) {
     Oid function = fcinfo->flinfo->fn_oid;
@@ -21,10 +25,14 @@ OUTBOX_FUNCTION(table_owner_gate) {
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("tbl must not be NULL"),
                         errdetail("outbox.%s needs the table to act on.", name)));
     Oid relid = PG_GETARG_OID(0);
+    // Locked first, so that a concurrent DROP cannot pull it away between
+    // the checks and the body.
+    LockRelationOid(relid, ShareUpdateExclusiveLock);
     if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("tbl: relation with OID %u does not exist", relid)));
-    if (!pg_class_ownercheck(relid, GetUserId()))
+    Oid caller = GetUserId();
+    if (!pg_class_ownercheck(relid, caller))
         ereport(ERROR,
                 (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                  errmsg("must be owner of table %s to call outbox.%s", get_rel_name(relid), name)));
@@ -45,14 +53,23 @@ OUTBOX_FUNCTION(table_owner_gate) {
     nulls[nargs] = '\0';
     appendStringInfoChar(&sql, ')');
 
-    pgoutbox::pg::PrivilegedScope scope;
-    pgoutbox::pg::privileged_begin(&scope);
     SPI_connect();
-    int rc = SPI_execute_with_args(sql.data, nargs, argtypes, values, nulls, false, 0);
-    if (rc != SPI_OK_SELECT)
-        elog(ERROR, "pg_outbox: %s failed: %s", sql.data, SPI_result_code_string(rc));
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    if (!superuser_arg(caller)) {
+        // register_table names the category; the others act on the table's.
+        bool names_category = nargs > 1 && argtypes[1] == TEXTOID;
+        Oid types[3] = {OIDOID, REGCLASSOID, TEXTOID};
+        Datum args[3] = {ObjectIdGetDatum(caller), ObjectIdGetDatum(relid),
+                         names_category ? values[1] : (Datum)0};
+        char check_nulls[4] = {' ', ' ', names_category && nulls[1] == ' ' ? ' ' : 'n', '\0'};
+        pg::spi_run("checking the category privilege",
+                    "SELECT outbox._check_register_privilege($1, $2, $3)", 3, types, args,
+                    check_nulls, false, 0, SPI_OK_SELECT);
+    }
+    pg::spi_run(sql.data, sql.data, nargs, argtypes, values, nulls, false, 0, SPI_OK_SELECT);
+    pg::run_as_end(&scope);
     SPI_finish();
-    pgoutbox::pg::privileged_end(&scope);
     PG_RETURN_VOID();
 }
 

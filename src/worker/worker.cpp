@@ -18,7 +18,9 @@
 // unit of work it happened in.
 #include "pg/postgres.hpp"
 
+#include "backfill/batch_plan.hpp"
 #include "drain/drain.hpp"
+#include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "worker/worker.hpp"
 
@@ -85,8 +87,12 @@ void report_error(const char *what, ErrorData *edata) {
     record_error(what, edata->message);
 }
 
-// Runs one unit of work in its own transaction; returns false (after logging
-// or handing it to *error) when it raised an ERROR.
+// Runs one unit of work in its own transaction; returns false when it raised
+// an ERROR, after logging it, or handing it to *error (in the caller's
+// memory context, which the caller resets).  Either way the caller's memory
+// context is current again afterwards: CommitTransactionCommand and
+// AbortOutOfAnyTransaction leave TopMemoryContext current, and whatever was
+// allocated there would never be freed.
 template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
     MemoryContext context = CurrentMemoryContext;
     volatile bool ok = true;
@@ -110,13 +116,17 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
         FlushErrorState();
         AbortOutOfAnyTransaction();
         RESUME_INTERRUPTS();
-        if (error != nullptr)
+        MemoryContextSwitchTo(context);
+        if (error != nullptr) {
             *error = edata;
-        else
+        } else {
             report_error(what, edata);
+            FreeErrorData(edata);
+        }
         ok = false;
     }
     PG_END_TRY();
+    MemoryContextSwitchTo(context);
     pgstat_report_activity(STATE_IDLE, nullptr);
     return ok;
 }
@@ -150,34 +160,88 @@ int64 drain_silo(Silo silo, int64 *delivered) {
     return scheduled;
 }
 
-// Registered tables local to the silo mode, in the walk's stable order.
-int local_tables(Oid **tables) {
+// Registered tables local to the silo mode, in the walk's stable order, with
+// their names for the log.
+int local_tables(Oid **tables, char ***names) {
     int n = 0;
     in_transaction(
         "pg_outbox: listing tables",
         [&] {
-            char *silo = pstrdup(silo_mode_name(silo_mode));
             Oid types[1] = {TEXTOID};
-            Datum args[1] = {CStringGetTextDatum(silo)};
-            SPI_execute_with_args("SELECT pg_catalog.array_agg(t::pg_catalog.oid) FROM"
-                                  " outbox._local_tables($1) t",
-                                  1, types, args, nullptr, true, 0);
-            bool isnull;
-            Datum array = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-            if (isnull)
-                return;
-            Datum *items;
-            bool *nulls;
+            Datum args[1] = {CStringGetTextDatum(silo_mode_name(silo_mode))};
+            n = (int)pg::spi_run("listing the local tables",
+                                 "SELECT t::pg_catalog.oid, t::pg_catalog.text"
+                                 " FROM outbox._local_tables($1) t",
+                                 1, types, args, nullptr, true, 0, SPI_OK_SELECT);
             MemoryContext old = MemoryContextSwitchTo(cycle_context);
-            deconstruct_array(DatumGetArrayTypeP(array), OIDOID, sizeof(Oid), true, TYPALIGN_INT,
-                              &items, &nulls, &n);
             *tables = (Oid *)palloc(sizeof(Oid) * Max(n, 1));
-            for (int i = 0; i < n; i++)
-                (*tables)[i] = DatumGetObjectId(items[i]);
+            *names = (char **)palloc(sizeof(char *) * Max(n, 1));
+            for (int i = 0; i < n; i++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[i];
+                (*tables)[i] =
+                    DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+                (*names)[i] = SPI_getvalue(row, SPI_tuptable->tupdesc, 2);
+            }
             MemoryContextSwitchTo(old);
         },
         nullptr);
     return n;
+}
+
+// A table whose batch failed for a reason of its own (a bad cursor value, a
+// dropped column, an owner's hostile index predicate) is skipped for a
+// growing pause; the other tables go on.  Only a failing cursor store (a
+// connection error: Redis down) pauses the whole backfill.
+struct TablePause {
+    Oid relid; // hash key
+    TimestampTz retry_at;
+    int pause_ms;
+};
+HTAB *table_pauses = nullptr;
+
+TablePause *table_pause(Oid relid, bool create) {
+    if (table_pauses == nullptr) {
+        HASHCTL ctl;
+        memset(&ctl, 0, sizeof ctl);
+        ctl.keysize = sizeof(Oid);
+        ctl.entrysize = sizeof(TablePause);
+        table_pauses = hash_create("pg_outbox paused tables", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+    }
+    bool found;
+    auto *pause =
+        (TablePause *)hash_search(table_pauses, &relid, create ? HASH_ENTER : HASH_FIND, &found);
+    if (create && !found) {
+        pause->retry_at = 0;
+        pause->pause_ms = 0;
+    }
+    return pause;
+}
+
+int next_pause(int pause_ms) {
+    return Min(Max(pause_ms * 2, 1000), 60000);
+}
+
+void table_failed(Oid relid, const char *name, const ErrorData *error) {
+    TablePause *pause = table_pause(relid, true);
+    pause->pause_ms = next_pause(pause->pause_ms);
+    pause->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pause->pause_ms);
+    ereport(LOG, (errmsg("pg_outbox worker: backfill of %s failed: %s", name, error->message),
+                  errdetail("Its backfill is retried in %d s; other tables go on.",
+                            pause->pause_ms / 1000)));
+    char what[128];
+    snprintf(what, sizeof what, "backfill of %s", name);
+    record_error(what, error->message);
+}
+
+void store_failed(const ErrorData *error) {
+    if (!backfill_paused)
+        ereport(LOG, (errmsg("pg_outbox worker: backfill paused: %s", error->message),
+                      errdetail("Retried with a growing pause; logged once per outage.")));
+    record_error("backfill paused", error->message);
+    backfill_paused = true;
+    backfill_pause_ms = next_pause(backfill_pause_ms);
+    backfill_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_pause_ms);
 }
 
 // Sentry's backfill_outboxes_for, one transaction per batch.
@@ -186,9 +250,13 @@ void backfill(int64 budget) {
     if (backfill_paused && now < backfill_retry_at)
         return;
     Oid *tables = nullptr;
-    int ntables = local_tables(&tables);
+    char **names = nullptr;
+    int ntables = local_tables(&tables, &names);
     for (int i = 0; i < ntables && budget > 0; i++) {
         CHECK_FOR_INTERRUPTS();
+        TablePause *pause = table_pause(tables[i], false);
+        if (pause != nullptr && now < pause->retry_at)
+            continue;
         int64 count = 0;
         bool null_batch = true;
         ErrorData *error = nullptr;
@@ -199,9 +267,11 @@ void backfill(int64 budget) {
                 Datum args[3] = {ObjectIdGetDatum(tables[i]),
                                  Int32GetDatum((int32)Min(budget, (int64)PG_INT32_MAX)),
                                  BoolGetDatum(self_hosted)};
-                SPI_execute_with_args(
-                    "SELECT (b).count FROM outbox.process_backfill_batch($1, $2, $3) b", 3, types,
-                    args, nullptr, false, 1);
+                pg::spi_run("a backfill batch",
+                            "SELECT (b).count FROM outbox.process_backfill_batch($1, $2, $3) b", 3,
+                            types, args, nullptr, false, 1, SPI_OK_SELECT);
+                if (SPI_processed != 1)
+                    elog(ERROR, "pg_outbox: a backfill batch returned no row");
                 bool isnull;
                 Datum value =
                     SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
@@ -210,27 +280,28 @@ void backfill(int64 budget) {
             },
             &error);
         if (!ok) {
-            if (!backfill_paused)
-                ereport(LOG, (errmsg("pg_outbox worker: backfill paused: %s", error->message),
-                              errdetail("Retried with a growing pause; logged once per outage.")));
-            record_error("backfill paused", error->message);
-            backfill_paused = true;
-            backfill_pause_ms = Min(Max(backfill_pause_ms * 2, 1000), 60000);
-            backfill_retry_at =
-                TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_pause_ms);
+            if (ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION) {
+                store_failed(error);
+                FreeErrorData(error);
+                return;
+            }
+            table_failed(tables[i], names[i], error);
             FreeErrorData(error);
-            return;
+            continue;
         }
+        if (pause != nullptr)
+            (void)hash_search(table_pauses, &tables[i], HASH_REMOVE, nullptr);
         if (backfill_paused)
             ereport(LOG, (errmsg("pg_outbox worker: backfill resumed")));
         backfill_paused = false;
         backfill_pause_ms = 0;
         if (null_batch)
             continue;
-        budget -= count;
-        window_used += count;
+        // An id span can be as large as the id type: count saturates.
+        budget = saturating_sub(budget, count);
+        window_used = saturating_add(window_used, count);
         SpinLockAcquire(&worker_shared->mutex);
-        worker_shared->rows_backfilled += count;
+        worker_shared->rows_backfilled = saturating_add(worker_shared->rows_backfilled, count);
         SpinLockRelease(&worker_shared->mutex);
     }
 }
@@ -320,9 +391,15 @@ void outbox_worker_main(Datum) {
 
     cycle_context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox worker cycle", ALLOCSET_DEFAULT_SIZES);
+    // Whatever the loop allocates outside a cycle (reports of failed checks,
+    // say) goes here and is freed at the next turn.
+    MemoryContext loop_context =
+        AllocSetContextCreate(TopMemoryContext, "pg_outbox worker loop", ALLOCSET_SMALL_SIZES);
     ereport(LOG, (errmsg("pg_outbox worker started on database \"%s\"", database_name)));
     bool busy = false;
     for (;;) {
+        MemoryContextSwitchTo(loop_context);
+        MemoryContextReset(loop_context);
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
                         busy ? 0 : naptime_ms, PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);

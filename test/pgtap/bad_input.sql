@@ -2,7 +2,7 @@
 -- with a specific SQLSTATE (never XX000) and a message naming the argument
 -- or the bad value, never crashes the backend and changes nothing.
 BEGIN;
-SELECT plan(77);
+SELECT plan(90);
 
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_outbox CASCADE;
@@ -116,7 +116,22 @@ SELECT pg_temp.errors_with($$SELECT outbox.find_replication_version('good', NULL
 SELECT pg_temp.errors_with($$SELECT outbox.target_cells(NULL)$$, '22004', '^tbl must not be NULL');
 SELECT pg_temp.errors_with($$SELECT outbox.target_cells('spare')$$, '42704', '^table public.spare is not registered');
 
+-- grant_category / revoke_category
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category(NULL, 'postgres')$$, '22004', '^category must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category('C', NULL)$$, '22004', '^role must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category('C', 'postgres', NULL)$$, '22004', '^privilege must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category('nope', 'postgres')$$, '42704', '^category ''nope'' is not registered');
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category('C', 'no_such_role')$$, '42704', 'role "no_such_role" does not exist');
+SELECT pg_temp.errors_with($$SELECT outbox.grant_category('C', 'postgres', 'OWN')$$, '22023', '^privilege must be .REGISTER. or .CONSUME., not .OWN.');
+SELECT pg_temp.errors_with($$SELECT outbox.revoke_category('C', 'postgres', 'CONSUME')$$, '42704', '^role postgres holds no CONSUME privilege on category .C.');
+SELECT pg_temp.errors_with($$SELECT outbox.revoke_category('C', 'postgres', 'ALL')$$, '22023', '^privilege must be');
+
 -- internals called the wrong way
+SELECT pg_temp.errors_with($$SELECT outbox._cursor_set(NULL, 1, 1)$$, '22004', '^table_key must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox._cursor_set('good', NULL, 1)$$, '22004', '^lower_bound must not be NULL');
+SELECT pg_temp.errors_with($$SELECT * FROM outbox._cursor_get(NULL)$$, '22004', '^table_key must not be NULL');
+SELECT pg_temp.errors_with($$SELECT * FROM outbox._cursor_peek(NULL)$$, '22004', '^table_key must not be NULL');
+SELECT pg_temp.errors_with($$SELECT outbox._capture_partition_rows('spare', 0)$$, '22023', '^root must be a registered table');
 SELECT pg_temp.errors_with($$SELECT outbox.capture_row()$$, '0A000|39P01', 'trigger');
 SELECT pg_temp.errors_with($$SELECT outbox._option_kind(NULL)$$, '22004', '^key must not be NULL');
 SELECT pg_temp.errors_with($$SELECT outbox._valid_table_key(NULL)$$, '22004', '^table_key must not be NULL');

@@ -114,7 +114,7 @@ SELECT pg_temp.errors_with($$SELECT outbox.drain_shard('cell', 0, 8)$$, '42501',
 SELECT pg_temp.errors_with($$SELECT outbox.wake_worker()$$, '42501', 'permission denied');
 SELECT pg_temp.errors_with($$SELECT outbox.register_handler('TAP_UPDATE', 'pg_catalog.now()')$$, '42501',
                    'permission denied');
-SELECT pg_temp.errors_with($$SELECT outbox.set_replication_version('tap_org', 5)$$, '42501', 'permission denied');
+SELECT pg_temp.errors_with($$SELECT outbox.set_replication_version('tap_org', 5)$$, '42501', 'must be owner of table tap_org');
 SELECT pg_temp.errors_with($$DELETE FROM outbox.cell_outbox$$, '42501', 'permission denied');
 SELECT pg_temp.errors_with($$DELETE FROM outbox.shard_errors$$, '42501', 'permission denied');
 SELECT pg_temp.errors_with($$SELECT * FROM outbox.get_processing_state('tap_org')$$, '42501',

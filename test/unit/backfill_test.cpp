@@ -62,8 +62,26 @@ TEST(BatchPlan, LastBatchCompletesAtCodedPlusOne) {
     EXPECT_EQ(nothing_left.next, (Cursor{0, 6}));
 }
 
-TEST(BatchPlan, Budget) {
-    EXPECT_EQ(backfill_budget(10000, 0), 10000);
-    EXPECT_EQ(backfill_budget(10000, 9000), 1000);
-    EXPECT_EQ(backfill_budget(100, 250), -150);
+// Issue 9: ids {1, 2, 9223372036854775807} wrapped the cursor negative and
+// the walk never ended.
+TEST(BatchPlan, BatchReachingTheLargestBigintCompletes) {
+    BatchPlan plan = finish_plan(1, 2, INT64_MAX, 2);
+    EXPECT_FALSE(plan.has_more);
+    EXPECT_EQ(plan.count, INT64_MAX);
+    EXPECT_EQ(plan.next, (Cursor{0, 3}));
+}
+
+TEST(BatchPlan, CountSaturatesInsteadOfWrapping) {
+    EXPECT_EQ(finish_plan(-5, 1, INT64_MAX - 1, 1).count, INT64_MAX);
+    EXPECT_EQ(finish_plan(INT64_MIN, 1, 0, 1).count, INT64_MAX);
+    EXPECT_EQ(finish_plan(INT64_MAX, 1, 0, 1).count, 0);
+}
+
+TEST(Saturating, StopsAtTheLimits) {
+    EXPECT_EQ(saturating_add(INT64_MAX, 1), INT64_MAX);
+    EXPECT_EQ(saturating_add(INT64_MIN, -1), INT64_MIN);
+    EXPECT_EQ(saturating_add(10, -3), 7);
+    EXPECT_EQ(saturating_sub(INT64_MIN, 1), INT64_MIN);
+    EXPECT_EQ(saturating_sub(INT64_MAX, -1), INT64_MAX);
+    EXPECT_EQ(saturating_sub(10000, 9000), 1000);
 }

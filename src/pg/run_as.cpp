@@ -1,4 +1,4 @@
-#include "pg/privileged.hpp"
+#include "pg/run_as.hpp"
 
 extern "C" {
 #include "access/skey.h"
@@ -29,19 +29,46 @@ Oid extension_owner() {
     return owner;
 }
 
-void privileged_begin(PrivilegedScope *scope) {
-    Oid owner = extension_owner();
+static void begin(RunAs *scope, Oid user) {
     GetUserIdAndSecContext(&scope->saved_user, &scope->saved_security_context);
-    SetUserIdAndSecContext(owner, scope->saved_security_context | SECURITY_LOCAL_USERID_CHANGE |
-                                      SECURITY_RESTRICTED_OPERATION);
+    SetUserIdAndSecContext(user, scope->saved_security_context | SECURITY_LOCAL_USERID_CHANGE |
+                                     SECURITY_RESTRICTED_OPERATION);
     scope->guc_nest_level = NewGUCNestLevel();
     (void)set_config_option("search_path", "pg_catalog, pg_temp", PGC_USERSET, PGC_S_SESSION,
                             GUC_ACTION_SAVE, true, 0, false);
 }
 
-void privileged_end(PrivilegedScope *scope) {
+void run_as_extension_owner(RunAs *scope) {
+    begin(scope, extension_owner());
+}
+
+void run_as_table_owner(RunAs *scope, Relation rel) {
+    begin(scope, rel->rd_rel->relowner);
+}
+
+void refuse_forced_row_security(Relation rel) {
+    if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("table %s forces row-level security on its owner",
+                    RelationGetRelationName(rel)),
+             errdetail("pg_outbox reads a registered table as its owner; a policy would hide "
+                       "rows from that read and they would never be replicated."),
+             errhint("ALTER TABLE %s NO FORCE ROW LEVEL SECURITY.", RelationGetRelationName(rel))));
+}
+
+void run_as_end(RunAs *scope) {
     AtEOXact_GUC(true, scope->guc_nest_level);
     SetUserIdAndSecContext(scope->saved_user, scope->saved_security_context);
+}
+
+uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+               const char *nulls, bool read_only, long limit, int expected) {
+    int rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, limit);
+    if (rc != expected)
+        elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
+    return SPI_processed;
 }
 
 } // namespace pgoutbox::pg

@@ -1,0 +1,173 @@
+// C helpers of the DDL event triggers (the triggers are SQL: outbox._on_*).
+//
+//   outbox._on_ddl_command_start()   ddl_command_start, every command: loads
+//       this library before the command runs, so that the drop hook below
+//       sees what a DROP removes (nothing else loads it in a session that
+//       only runs DDL), and forgets what an earlier command recorded.
+//   object_access_hook               records every partition that is dropped,
+//       with its root, while the catalogs still say whose partition it was.
+//   outbox._dropped_partitions()     what the hook recorded for the command,
+//       read (and forgotten) by the sql_drop trigger: a partition of a
+//       registered table dropped without its root takes its rows away
+//       without a single outbox row, so that is refused.
+//   outbox._on_ddl_command_end()     ddl_command_end of the commands that
+//       can touch a registered table: runs outbox._guard_ddl.
+#include "registry/ddl_guard.hpp"
+
+#include "pg/guard.hpp"
+#include "pg/run_as.hpp"
+
+extern "C" {
+#include "catalog/objectaccess.h"
+#include "catalog/partition.h"
+#include "catalog/pg_class.h"
+#include "commands/event_trigger.h"
+#include "tcop/deparse_utility.h"
+#include "utils/tuplestore.h"
+}
+
+namespace pgoutbox {
+
+namespace {
+
+struct DroppedPartition {
+    Oid partition;
+    Oid root;
+};
+
+// In TopMemoryContext; emptied at the start of every DDL command.
+DroppedPartition *dropped = nullptr;
+int ndropped = 0;
+int dropped_capacity = 0;
+
+object_access_hook_type previous_object_access = nullptr;
+
+void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg) {
+    if (previous_object_access)
+        previous_object_access(access, class_id, object_id, sub_id, arg);
+    if (access != OAT_DROP || class_id != RelationRelationId || sub_id != 0 ||
+        !get_rel_relispartition(object_id))
+        return;
+    List *ancestors = get_partition_ancestors(object_id);
+    if (ancestors == NIL)
+        return;
+    if (ndropped == dropped_capacity) {
+        dropped_capacity = Max(dropped_capacity * 2, 16);
+        dropped = (DroppedPartition *)(dropped == nullptr
+                                           ? MemoryContextAlloc(TopMemoryContext,
+                                                                sizeof(DroppedPartition) *
+                                                                    dropped_capacity)
+                                           : repalloc(dropped,
+                                                      sizeof(DroppedPartition) * dropped_capacity));
+    }
+    dropped[ndropped++] = DroppedPartition{object_id, llast_oid(ancestors)};
+    list_free(ancestors);
+}
+
+} // namespace
+
+void install_drop_hook() {
+    previous_object_access = object_access_hook;
+    object_access_hook = on_object_access;
+}
+
+} // namespace pgoutbox
+
+using namespace pgoutbox;
+
+OUTBOX_FUNCTION(on_ddl_command_start) {
+    if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._on_ddl_command_start() must be an event trigger")));
+    ndropped = 0;
+    PG_RETURN_VOID();
+}
+
+OUTBOX_FUNCTION(dropped_partitions) {
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+    for (int i = 0; i < ndropped; i++) {
+        Datum values[2] = {ObjectIdGetDatum(dropped[i].partition),
+                           ObjectIdGetDatum(dropped[i].root)};
+        bool nulls[2] = {false, false};
+        tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    }
+    ndropped = 0;
+    return (Datum)0;
+}
+
+// outbox._on_ddl_command_end(): after CREATE TABLE, ALTER TABLE and the like.
+// The partitions an ALTER TABLE attaches or detaches are known only from the
+// statement (PostgreSQL 15 collects no address for them), by names that the
+// statement resolved with the caller's search_path: so they are resolved
+// here, before outbox._guard_ddl(partitions, parents, attached) runs as the
+// extension's owner with search_path pinned.
+OUTBOX_FUNCTION(on_ddl_command_end) {
+    if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._on_ddl_command_end() must be an event trigger")));
+    auto *event = (EventTriggerData *)fcinfo->context;
+    List *partitions = NIL;
+    List *parents = NIL;
+    List *attached = NIL;
+    if (IsA(event->parsetree, AlterTableStmt)) {
+        auto *stmt = (AlterTableStmt *)event->parsetree;
+        Oid parent = stmt->objtype == OBJECT_TABLE || stmt->objtype == OBJECT_FOREIGN_TABLE
+                         ? RangeVarGetRelid(stmt->relation, NoLock, true)
+                         : InvalidOid;
+        ListCell *lc;
+        foreach (lc, stmt->cmds) {
+            auto *cmd = (AlterTableCmd *)lfirst(lc);
+            if (!OidIsValid(parent) ||
+                (cmd->subtype != AT_AttachPartition && cmd->subtype != AT_DetachPartition &&
+                 cmd->subtype != AT_DetachPartitionFinalize))
+                continue;
+            Oid partition = RangeVarGetRelid(((PartitionCmd *)cmd->def)->name, NoLock, true);
+            if (!OidIsValid(partition))
+                continue;
+            partitions = lappend_oid(partitions, partition);
+            parents = lappend_oid(parents, parent);
+            attached = lappend_int(attached, cmd->subtype == AT_AttachPartition);
+        }
+    }
+    int n = list_length(partitions);
+    auto *partition_items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    auto *parent_items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    auto *attached_items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++) {
+        partition_items[i] = ObjectIdGetDatum(list_nth_oid(partitions, i));
+        parent_items[i] = ObjectIdGetDatum(list_nth_oid(parents, i));
+        attached_items[i] = BoolGetDatum(list_nth_int(attached, i) != 0);
+    }
+    Oid types[3] = {OIDARRAYOID, OIDARRAYOID, BOOLARRAYOID};
+    Datum args[3] = {
+        PointerGetDatum(
+            construct_array(partition_items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT)),
+        PointerGetDatum(construct_array(parent_items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT)),
+        PointerGetDatum(construct_array(attached_items, n, BOOLOID, 1, true, TYPALIGN_CHAR))};
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    pg::spi_run("guarding capture against DDL", "SELECT outbox._guard_ddl($1, $2, $3)", 3, types,
+                args, nullptr, false, 0, SPI_OK_SELECT);
+    pg::run_as_end(&scope);
+    SPI_finish();
+    PG_RETURN_VOID();
+}
+
+// outbox._ddl_attaches_partition(pg_ddl_command), the event trigger helper of
+// 0.1.0 to 0.4.0: kept so that their scripts install, and a database keeps
+// working between installing this library and ALTER EXTENSION UPDATE.
+OUTBOX_FUNCTION(ddl_attaches_partition) {
+    auto *command = (CollectedCommand *)PG_GETARG_POINTER(0);
+    if (command->type != SCT_AlterTable)
+        PG_RETURN_BOOL(false);
+    ListCell *lc;
+    foreach (lc, command->d.alterTable.subcmds) {
+        auto *sub = (CollectedATSubcmd *)lfirst(lc);
+        if (IsA(sub->parsetree, AlterTableCmd) &&
+            ((AlterTableCmd *)sub->parsetree)->subtype == AT_AttachPartition)
+            PG_RETURN_BOOL(true);
+    }
+    PG_RETURN_BOOL(false);
+}
