@@ -67,6 +67,11 @@ cluster_stop() {
     fi
     if [[ -n ${CLUSTER_DIR:-} && -d $CLUSTER_DIR ]]; then
         _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate stop >/dev/null 2>&1 || true
+        # test/sanitize.sh: keep what the sanitizers reported.
+        if [[ -n ${OUTBOX_SANITIZER_LOG:-} ]]; then
+            grep -h -A 30 -E 'runtime error:|ERROR: AddressSanitizer' "$CLUSTER_DIR/server.log" \
+                >>"$OUTBOX_SANITIZER_LOG" 2>/dev/null || true
+        fi
         [[ -n ${KEEP_CLUSTER:-} ]] || rm -rf "$CLUSTER_DIR"
         CLUSTER_DIR=
     fi
@@ -74,7 +79,8 @@ cluster_stop() {
 
 # make install, as root or through sudo.  With OUTBOX_SANITIZE=1 (set by
 # test/sanitize.sh) the library is built with the sanitizers, and every
-# server this file starts preloads libasan (OUTBOX_SERVER_ENV).
+# server this file starts gets the sanitizers' options (OUTBOX_SERVER_ENV)
+# and leaves their reports in OUTBOX_SANITIZER_LOG when stopped.
 install_extension() {
     local root=$1
     local flags=(-C "$root" -s PG_CONFIG="$PG_CONFIG" ${OUTBOX_SANITIZE:+SANITIZE=1})

@@ -1,6 +1,7 @@
 #include "cursor/cursor_store.hpp"
 
 #include "cursor/redis_client.hpp"
+#include "pg/guard.hpp"
 #include "pg/run_as.hpp"
 #include "settings.hpp"
 
@@ -83,6 +84,7 @@ void flush_pending() {
     { ok = redis::mset(nkeys, keys, values, &error); }
     PG_CATCH();
     {
+        pg::forget_abandoned_frames();
         FlushErrorState();
         strlcpy(error.message, "unexpected error while writing to Redis", sizeof error.message);
     }
@@ -101,6 +103,7 @@ void flush_pending() {
 }
 
 void on_xact(XactEvent event, void *) {
+    pg::forget_abandoned_frames();
     switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PARALLEL_COMMIT:
@@ -125,6 +128,7 @@ void on_xact(XactEvent event, void *) {
 }
 
 void on_subxact(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent, void *) {
+    pg::forget_abandoned_frames();
     if (pending == NIL)
         return;
     if (event == SUBXACT_EVENT_ABORT_SUB) {

@@ -4,6 +4,7 @@
 #include "drain/drain.hpp"
 
 #include "pg/guard.hpp"
+#include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 
@@ -248,6 +249,7 @@ bool call_handler(Handler *handler, Datum message, char **error) {
     }
     PG_CATCH();
     {
+        pg::forget_abandoned_frames();
         if (handler_timeout_ms > 0)
             disable_timeout(handler_timeout_id, false);
         MemoryContextSwitchTo(context);
@@ -306,12 +308,12 @@ void back_off(const DrainShard *shard, const Message *failed, const char *error)
     Oid types[4];
     Datum args[4];
     int n = shard_condition(shard, &where, types, args);
-    SPI_execute_with_args(
-        psprintf("UPDATE %s SET scheduled_from = now(), scheduled_for = now() +"
-                 " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'),"
-                 " interval '1 hour') WHERE %s",
-                 outbox_name(shard->silo), where),
-        n, types, args, nullptr, false, 0);
+    pg::spi_run("backing off a shard",
+                psprintf("UPDATE %s SET scheduled_from = now(), scheduled_for = now() +"
+                         " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'),"
+                         " interval '1 hour') WHERE %s",
+                         outbox_name(shard->silo), where),
+                n, types, args, nullptr, false, 0, SPI_OK_UPDATE);
     Oid etypes[7] = {TEXTOID, INT4OID, INT8OID, TEXTOID, TEXTOID, INT4OID, INT8OID};
     Datum eargs[7] = {CStringGetTextDatum(silo_text(shard->silo)),
                       Int32GetDatum(shard->shard_scope),
@@ -320,7 +322,8 @@ void back_off(const DrainShard *shard, const Message *failed, const char *error)
                       CStringGetTextDatum(error),
                       Int32GetDatum(failed->category),
                       Int64GetDatum(failed->object_identifier)};
-    SPI_execute_with_args(
+    pg::spi_run(
+        "recording a shard's error",
         "INSERT INTO outbox.shard_errors AS e (silo, shard_scope, shard_identifier, cell_name,"
         " attempts, last_error, last_error_at, category, object_identifier)"
         " VALUES ($1, $2, $3, $4, 1, $5, now(), $6, $7)"
@@ -328,7 +331,7 @@ void back_off(const DrainShard *shard, const Message *failed, const char *error)
         " attempts = e.attempts + 1, last_error = excluded.last_error,"
         " last_error_at = excluded.last_error_at, category = excluded.category,"
         " object_identifier = excluded.object_identifier",
-        7, etypes, eargs, nullptr, false, 0);
+        7, etypes, eargs, nullptr, false, 0, SPI_OK_INSERT);
 }
 
 void clear_error(const DrainShard *shard) {
@@ -336,9 +339,10 @@ void clear_error(const DrainShard *shard) {
     Datum args[4] = {CStringGetTextDatum(silo_text(shard->silo)), Int32GetDatum(shard->shard_scope),
                      Int64GetDatum(shard->shard_identifier),
                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
-    SPI_execute_with_args("DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
-                          " AND shard_identifier = $3 AND cell_name = $4",
-                          4, types, args, nullptr, false, 0);
+    pg::spi_run("clearing a shard's error",
+                "DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
+                " AND shard_identifier = $3 AND cell_name = $4",
+                4, types, args, nullptr, false, 0, SPI_OK_DELETE);
 }
 
 } // namespace
@@ -453,7 +457,7 @@ void read_shard(DrainShard *shard, MemoryContext context) {
     int n = shard_condition(shard, &where, types, args);
     char *sql = psprintf("SELECT %s FROM %s o WHERE %s ORDER BY o.id",
                          psprintf(drain_columns, "NULL::text"), outbox_name(shard->silo), where);
-    SPI_execute_with_args(sql, n, types, args, nullptr, true, 0);
+    pg::spi_run("reading a shard", sql, n, types, args, nullptr, true, 0, SPI_OK_SELECT);
     MemoryContext old = MemoryContextSwitchTo(context);
     shard->nrows = (int)SPI_processed;
     shard->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(shard->nrows, 1));
@@ -486,7 +490,7 @@ int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard
     int level = NewGUCNestLevel();
     (void)set_config_option("work_mem", "65536", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
                             0, false);
-    SPI_execute_with_args(sql, 1, types, args, nullptr, true, 0);
+    pg::spi_run("finding due shards", sql, 1, types, args, nullptr, true, 0, SPI_OK_SELECT);
     AtEOXact_GUC(true, level);
 
     MemoryContext old = MemoryContextSwitchTo(context);

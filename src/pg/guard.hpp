@@ -20,7 +20,23 @@
 #include <string>
 #include <utility>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+#endif
+
 namespace pgoutbox::pg {
+
+// PostgreSQL leaves frames by siglongjmp.  Under AddressSanitizer loaded with
+// the library rather than preloaded (test/sanitize.sh), that siglongjmp is
+// libc's, not ASan's, so the frames it abandoned keep their poisoned
+// redzones, and code that later runs at those addresses would be reported.
+// Called where pg_outbox's code starts running (entry points) and where it
+// resumes after a longjmp (PG_CATCH): it clears the stack below.
+inline void forget_abandoned_frames() {
+#if defined(__SANITIZE_ADDRESS__)
+    __asan_handle_no_return();
+#endif
+}
 
 // A PostgreSQL error caught by pg_call(), carried as a C++ exception.
 class PgError : public std::exception {
@@ -69,6 +85,7 @@ template <typename Fn> void pg_call_void(Fn &&fn) {
     { fn(); }
     PG_CATCH();
     {
+        forget_abandoned_frames();
         MemoryContextSwitchTo(caller_context);
         edata = CopyErrorData();
         FlushErrorState();
@@ -125,6 +142,7 @@ template <typename Fn> Datum cpp_entry(Fn &&fn) noexcept {
     extern "C" {                                                                                   \
     PG_FUNCTION_INFO_V1(NAME);                                                                     \
     Datum NAME(PG_FUNCTION_ARGS) {                                                                 \
+        pgoutbox::pg::forget_abandoned_frames();                                                   \
         return pgoutbox::pg::cpp_entry([fcinfo] { return NAME##_impl(fcinfo); });                  \
     }                                                                                              \
     }                                                                                              \

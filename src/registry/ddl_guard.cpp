@@ -1,4 +1,6 @@
-// C helpers of the DDL event triggers (the triggers are SQL: outbox._on_*).
+// The DDL guard's C side.  Event triggers (pg_outbox--0.5.0.sql): two in C,
+// here, and outbox._on_sql_drop() in SQL; the checks themselves are SQL
+// (outbox._guard_ddl, outbox._check_capture), run as the extension's owner.
 //
 //   outbox._on_ddl_command_start()   ddl_command_start, every command: loads
 //       this library before the command runs, so that the drop hook below
@@ -43,6 +45,7 @@ int dropped_capacity = 0;
 object_access_hook_type previous_object_access = nullptr;
 
 void on_object_access(ObjectAccessType access, Oid class_id, Oid object_id, int sub_id, void *arg) {
+    pg::forget_abandoned_frames();
     if (previous_object_access)
         previous_object_access(access, class_id, object_id, sub_id, arg);
     if (access != OAT_DROP || class_id != RelationRelationId || sub_id != 0 ||

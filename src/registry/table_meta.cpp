@@ -1,4 +1,5 @@
 #include "registry/table_meta.hpp"
+#include "pg/guard.hpp"
 
 #include "pg/run_as.hpp"
 
@@ -35,6 +36,7 @@ void retire(MemoryContext context) {
 }
 
 void free_retired(XactEvent event, void *) {
+    pg::forget_abandoned_frames();
     if (retired != nullptr &&
         (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE ||
          event == XACT_EVENT_PARALLEL_COMMIT || event == XACT_EVENT_PARALLEL_ABORT))
@@ -58,6 +60,7 @@ bool is_outbox_relation(const Registry *registry, Oid relid) {
 }
 
 static void invalidate_callback(Datum, Oid relid) {
+    pg::forget_abandoned_frames();
     bool everything = relid == InvalidOid ||
                       (registry != nullptr &&
                        (relid == registry->registry_relid || relid == registry->cells_relid ||

@@ -1,4 +1,5 @@
 #include "stats/stats.hpp"
+#include "pg/guard.hpp"
 
 #include "stats/lag_histogram.hpp"
 
@@ -149,6 +150,7 @@ void flush_pending() {
 
 // Runs at commit: must not raise an ERROR (update() does not).
 void on_xact(XactEvent event, void *) {
+    pg::forget_abandoned_frames();
     switch (event) {
     case XACT_EVENT_COMMIT:
     case XACT_EVENT_PREPARE:
@@ -163,6 +165,7 @@ void on_xact(XactEvent event, void *) {
 }
 
 void on_subxact(SubXactEvent event, SubTransactionId subxact, SubTransactionId parent, void *) {
+    pg::forget_abandoned_frames();
     if (event == SUBXACT_EVENT_ABORT_SUB) {
         int kept = 0;
         for (int i = 0; i < npending; i++)

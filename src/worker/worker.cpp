@@ -16,7 +16,7 @@
 //
 // Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
 // unit of work it happened in.
-#include "pg/postgres.hpp"
+#include "pg/guard.hpp"
 
 #include "backfill/batch_plan.hpp"
 #include "drain/drain.hpp"
@@ -110,6 +110,7 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
     }
     PG_CATCH();
     {
+        pg::forget_abandoned_frames();
         HOLD_INTERRUPTS();
         MemoryContextSwitchTo(context);
         ErrorData *edata = CopyErrorData();
