@@ -119,6 +119,18 @@ SELECT who, super, object FROM handled ORDER BY object;
 SELECT rolsuper AS handler_owner_became_superuser FROM pg_roles WHERE rolname = 'val_handler_owner';
 SELECT last_error, attempts FROM outbox.shard_depth WHERE shard_identifier = 2;
 
+-- A handler that drains would nest drains without end: refused, and the
+-- message waits, visibly.
+SELECT outbox.register_category('VAL_NEST', 'VAL', 3);
+CREATE FUNCTION val_nested(m outbox.message) RETURNS void LANGUAGE plpgsql AS
+    $$ BEGIN PERFORM outbox.drain(); END $$;
+SELECT outbox.register_handler('VAL_NEST', 'val_nested(outbox.message)');
+CREATE TABLE val_nest (id int PRIMARY KEY);
+SELECT outbox.register_table('val_nest', 'VAL_NEST');
+INSERT INTO val_nest VALUES (7);
+SELECT outbox.drain_shard('cell', 0, 7);
+SELECT depth, last_error FROM outbox.shard_depth WHERE shard_identifier = 7;
+
 -- Dropping a handler function is refused; writes go on either way.
 SET ROLE val_handler_owner;
 DROP FUNCTION val.handle(outbox.message);
@@ -136,7 +148,9 @@ SELECT shard_identifier, depth, regexp_replace(last_error, 'OID \d+', 'OID n') A
   FROM outbox.shard_depth WHERE shard_identifier IN (2, 3) ORDER BY 1;
 
 SET client_min_messages = warning;
-DROP TABLE tokens, tokens_v, extremes, wide, val_big, handled;
+DROP TABLE tokens, tokens_v, extremes, wide, val_big, val_nest, handled;
+SELECT outbox.unregister_handler('VAL_NEST');
+DROP FUNCTION val_nested(outbox.message);
 DROP SCHEMA val CASCADE;
 DROP ROLE val_handler_owner;
 DROP ROLE val_app;

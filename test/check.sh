@@ -1,5 +1,6 @@
 # TAP-style checks for the integration scripts: check DESCRIPTION COMMAND...
-# prints "ok - ..." or "not ok - ..."; checks_done NAME exits with the result.
+# prints "ok - ..." or "not ok - ..." (and returns 1 then); checks_done NAME
+# exits with the result.
 failures=0
 check() {
     local description=$1
@@ -9,6 +10,7 @@ check() {
     else
         echo "not ok - $description"
         failures=$((failures + 1))
+        return 1
     fi
 }
 checks_done() {

@@ -173,8 +173,9 @@ OUTBOX_FUNCTION(capture_statement) {
         return PointerGetDatum(nullptr);
     Relation rel = td->tg_relation;
     const TableMeta *meta = table_meta_get(rel);
-    // A partition detached from a registered table keeps its triggers; it is
-    // no longer captured.
+    // Not registered (any more): a partition detached by a version before
+    // 0.5.0 kept its triggers, and a statement already queued can outlive
+    // its registration.
     if (!meta->registered)
         return PointerGetDatum(nullptr);
     check_silo(meta);
@@ -210,8 +211,8 @@ OUTBOX_FUNCTION(capture_truncate) {
                         errmsg("outbox.capture_truncate() must be a BEFORE TRUNCATE trigger")));
     Relation rel = td->tg_relation;
     const TableMeta *meta = table_meta_get(rel);
-    // A partition detached from a registered table keeps this trigger; it is
-    // no longer captured.  A partitioned table holds no rows of its own.
+    // Not registered (any more), as above.  A partitioned table holds no
+    // rows of its own.
     if (!meta->registered || rel->rd_rel->relkind != RELKIND_RELATION)
         return PointerGetDatum(nullptr);
     check_silo(meta);

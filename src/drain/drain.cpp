@@ -145,6 +145,10 @@ int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
     return n;
 }
 
+// Set while a handler runs: a handler that drains would nest drains (and
+// handler timeouts) without end.
+bool in_handler = false;
+
 TimeoutId handler_timeout_id = MAX_TIMEOUTS;
 volatile sig_atomic_t handler_timed_out = false;
 
@@ -239,7 +243,9 @@ bool call_handler(Handler *handler, Datum message, char **error) {
         InitFunctionCallInfoData(*call, &handler->function, 1, InvalidOid, nullptr, nullptr);
         call->args[0].value = message;
         call->args[0].isnull = false;
+        in_handler = true;
         (void)FunctionCallInvoke(call);
+        in_handler = false;
         SetUserIdAndSecContext(saved_user, saved_context);
         if (handler_timeout_ms > 0)
             disable_timeout(handler_timeout_id, false);
@@ -250,6 +256,7 @@ bool call_handler(Handler *handler, Datum message, char **error) {
     PG_CATCH();
     {
         pg::forget_abandoned_frames();
+        in_handler = false;
         if (handler_timeout_ms > 0)
             disable_timeout(handler_timeout_id, false);
         MemoryContextSwitchTo(context);
@@ -346,6 +353,13 @@ void clear_error(const DrainShard *shard) {
 }
 
 } // namespace
+
+void refuse_drain_in_handler(const char *function) {
+    if (in_handler)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("%s cannot be called from a handler", function),
+                        errdetail("A handler that drains would start drains without end.")));
+}
 
 int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
     if (verify && shard->nrows > 0)

@@ -50,6 +50,9 @@ struct DrainShard {
     DrainRow *rows; // in id order
 };
 
+// ERROR when called while a handler runs.
+void refuse_drain_in_handler(const char *function);
+
 // Claims a shard for the rest of the transaction; false when another
 // session holds it.
 bool claim_shard(const DrainShard *shard);

@@ -29,6 +29,7 @@ constexpr int drain_max_shards = 1000;
 } // namespace
 
 OUTBOX_FUNCTION(drain_shard) {
+    refuse_drain_in_handler("outbox.drain_shard()");
     Silo silo = silo_argument(fcinfo, 0);
     if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -62,6 +63,7 @@ OUTBOX_FUNCTION(drain_shard) {
 }
 
 OUTBOX_FUNCTION(drain) {
+    refuse_drain_in_handler("outbox.drain()");
     bool cell = true, control = true;
     if (!PG_ARGISNULL(0)) {
         Silo silo = silo_argument(fcinfo, 0);

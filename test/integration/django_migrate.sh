@@ -69,16 +69,7 @@ migrate() {
 # run_check DESCRIPTION COMMAND...: check that shows $out on failure (and
 # then returns 1).
 run_check() {
-    local description=$1
-    shift
-    if "$@"; then
-        echo "ok - $description"
-    else
-        echo "not ok - $description"
-        show "$out"
-        failures=$((failures + 1))
-        return 1
-    fi
+    check "$@" || { show "$out"; return 1; }
 }
 
 check "Django and psycopg2 importable by $PY" \
