@@ -180,6 +180,7 @@ BEGIN
       JOIN pg_inherits i ON i.inhparent = t.relid
       JOIN pg_class c ON c.oid = i.inhrelid
      WHERE NOT c.relispartition
+     ORDER BY i.inhrelid::regclass::text
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'table % inherits from registered table %: its rows would not be captured',
@@ -197,6 +198,7 @@ BEGIN
       FROM outbox._partition_tree(tbl) t
       JOIN pg_trigger g ON g.tgrelid = t.relid
      WHERE g.tgfoid = ANY (outbox._capture_functions()) AND g.tgenabled <> 'A'
+     ORDER BY g.tgrelid::regclass::text, g.tgname
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'the capture trigger % on % must stay enabled ALWAYS', problem.tgname,
@@ -234,6 +236,133 @@ BEGIN
     DELETE FROM outbox.registered_tables r WHERE r.relid = tbl;
     PERFORM outbox._drop_capture_triggers(tbl);
     PERFORM outbox._invalidate_cache();
+END
+$$;
+
+-- The valid unique indexes on (id) alone of tbl: what keeps ids unique, which
+-- capture and backfill rely on.  An index left invalid by a failed CREATE or
+-- DROP INDEX CONCURRENTLY does not count; a partitioned table's does (it is
+-- invalid until every partition's index is attached, as during pg_restore,
+-- and each of those keeps its partition's ids unique meanwhile).
+CREATE FUNCTION outbox._id_indexes(tbl regclass) RETURNS SETOF oid
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.indexrelid FROM pg_index i
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+      JOIN pg_class c ON c.oid = i.indrelid
+     WHERE i.indrelid = tbl AND i.indisunique AND (i.indisvalid OR c.relkind = 'p')
+       AND i.indnkeyatts = 1 AND a.attname = 'id' AND i.indexprs IS NULL AND i.indpred IS NULL
+$$;
+
+CREATE OR REPLACE FUNCTION outbox._check_columns(tbl regclass, silo text, shard_column name,
+                                      payload_columns name[], cell_column name)
+RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    col record;
+    payload_column name;
+BEGIN
+    SELECT * INTO col FROM outbox._column(tbl, 'id');
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table % has no column "id"', tbl USING ERRCODE = 'undefined_column',
+            DETAIL = 'A replicated table needs a unique, non-null integer id column.';
+    ELSIF NOT col.integral THEN
+        RAISE EXCEPTION 'column "id" of table % is of type %, not an integer type', tbl,
+            col.type_name USING ERRCODE = 'datatype_mismatch';
+    ELSIF NOT col.not_null THEN
+        RAISE EXCEPTION 'column "id" of table % must be NOT NULL', tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF NOT EXISTS (SELECT FROM outbox._id_indexes(tbl)) THEN
+        RAISE EXCEPTION 'column "id" of table % has no unique index', tbl
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'Make id the primary key, or add a unique index on (id) alone.';
+    END IF;
+
+    IF shard_column IS NOT NULL THEN
+        SELECT * INTO col FROM outbox._column(tbl, shard_column);
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'shard_column % does not exist in table %',
+                quote_ident(shard_column), tbl USING ERRCODE = 'undefined_column';
+        ELSIF NOT col.integral THEN
+            RAISE EXCEPTION 'shard_column % of table % is of type %, not an integer type',
+                quote_ident(shard_column), tbl, col.type_name USING ERRCODE = 'datatype_mismatch';
+        ELSIF NOT col.not_null THEN
+            RAISE EXCEPTION 'shard_column % of table % must be NOT NULL',
+                quote_ident(shard_column), tbl USING ERRCODE = 'object_not_in_prerequisite_state',
+                DETAIL = 'Every outbox row needs a shard identifier.';
+        END IF;
+    END IF;
+
+    IF cell_column IS NOT NULL THEN
+        IF silo <> 'control' THEN
+            RAISE EXCEPTION 'cell_column is for control-silo tables only; % is a % table', tbl,
+                silo USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        SELECT * INTO col FROM outbox._column(tbl, cell_column);
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'cell_column % does not exist in table %',
+                quote_ident(cell_column), tbl USING ERRCODE = 'undefined_column';
+        ELSIF NOT col.textual THEN
+            RAISE EXCEPTION 'cell_column % of table % is of type %, not text, varchar or name',
+                quote_ident(cell_column), tbl, col.type_name USING ERRCODE = 'datatype_mismatch';
+        ELSIF NOT col.not_null THEN
+            RAISE EXCEPTION 'cell_column % of table % must be NOT NULL',
+                quote_ident(cell_column), tbl USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+    END IF;
+
+    IF payload_columns IS NOT NULL THEN
+        IF cardinality(payload_columns) = 0 THEN
+            RAISE EXCEPTION 'payload_columns must not be empty'
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'Pass NULL for outbox rows without a payload.';
+        END IF;
+        IF array_position(payload_columns, NULL) IS NOT NULL THEN
+            RAISE EXCEPTION 'payload_columns must not contain NULL'
+                USING ERRCODE = 'null_value_not_allowed';
+        END IF;
+        IF (SELECT count(DISTINCT c) FROM unnest(payload_columns) c) <> cardinality(payload_columns)
+        THEN
+            RAISE EXCEPTION 'payload_columns names a column twice: %', payload_columns
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        FOREACH payload_column IN ARRAY payload_columns LOOP
+            IF NOT EXISTS (SELECT FROM outbox._column(tbl, payload_column)) THEN
+                RAISE EXCEPTION 'payload_columns: column % does not exist in table %',
+                    quote_ident(payload_column), tbl USING ERRCODE = 'undefined_column';
+            END IF;
+        END LOOP;
+    END IF;
+END
+$$;
+
+-- DROP INDEX CONCURRENTLY commits in stages: refused at sql_drop, it would
+-- leave the index invalid all the same.  So the C ddl_command_start trigger
+-- asks first, with the indexes the statement names.
+CREATE FUNCTION outbox._guard_drop_index(indexes oid[]) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hit record;
+BEGIN
+    SELECT i.indexrelid::regclass AS index, i.indrelid::regclass AS tbl INTO hit
+      FROM pg_index i
+      JOIN outbox.registered_tables t ON t.relid = i.indrelid
+     WHERE i.indexrelid = ANY (indexes)
+       AND i.indexrelid IN (SELECT outbox._id_indexes(i.indrelid))
+       AND NOT EXISTS (SELECT FROM outbox._id_indexes(i.indrelid) o WHERE o <> ALL (indexes))
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot drop index %: it is the unique index on id of registered table %',
+            hit.index, hit.tbl
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Unregister the table with outbox.unregister_table() first.';
+    END IF;
 END
 $$;
 

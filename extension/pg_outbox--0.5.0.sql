@@ -319,6 +319,22 @@ AS $$
      WHERE a.attrelid = tbl AND a.attname = column_name AND a.attnum > 0 AND NOT a.attisdropped
 $$;
 
+-- The valid unique indexes on (id) alone of tbl: what keeps ids unique, which
+-- capture and backfill rely on.  An index left invalid by a failed CREATE or
+-- DROP INDEX CONCURRENTLY does not count; a partitioned table's does (it is
+-- invalid until every partition's index is attached, as during pg_restore,
+-- and each of those keeps its partition's ids unique meanwhile).
+CREATE FUNCTION outbox._id_indexes(tbl regclass) RETURNS SETOF oid
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.indexrelid FROM pg_index i
+      JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+      JOIN pg_class c ON c.oid = i.indrelid
+     WHERE i.indrelid = tbl AND i.indisunique AND (i.indisvalid OR c.relkind = 'p')
+       AND i.indnkeyatts = 1 AND a.attname = 'id' AND i.indexprs IS NULL AND i.indpred IS NULL
+$$;
+
 -- Checks that a registered (or to be registered) table still fits its
 -- registration: the columns exist with fitting types.  Used by
 -- register_table and by the DDL event trigger.
@@ -343,11 +359,7 @@ BEGIN
         RAISE EXCEPTION 'column "id" of table % must be NOT NULL', tbl
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
-    IF NOT EXISTS (
-        SELECT FROM pg_index i
-         WHERE i.indrelid = tbl AND i.indisunique AND i.indnkeyatts = 1
-           AND i.indkey[0] = col.attnum AND i.indexprs IS NULL AND i.indpred IS NULL)
-    THEN
+    IF NOT EXISTS (SELECT FROM outbox._id_indexes(tbl)) THEN
         RAISE EXCEPTION 'column "id" of table % has no unique index', tbl
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Make id the primary key, or add a unique index on (id) alone.';
@@ -653,6 +665,7 @@ BEGIN
       JOIN pg_inherits i ON i.inhparent = t.relid
       JOIN pg_class c ON c.oid = i.inhrelid
      WHERE NOT c.relispartition
+     ORDER BY i.inhrelid::regclass::text
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'table % inherits from registered table %: its rows would not be captured',
@@ -670,6 +683,7 @@ BEGIN
       FROM outbox._partition_tree(tbl) t
       JOIN pg_trigger g ON g.tgrelid = t.relid
      WHERE g.tgfoid = ANY (outbox._capture_functions()) AND g.tgenabled <> 'A'
+     ORDER BY g.tgrelid::regclass::text, g.tgname
      LIMIT 1;
     IF FOUND THEN
         RAISE EXCEPTION 'the capture trigger % on % must stay enabled ALWAYS', problem.tgname,
@@ -697,6 +711,32 @@ BEGIN
 END
 $$;
 
+
+-- DROP INDEX CONCURRENTLY commits in stages: refused at sql_drop, it would
+-- leave the index invalid all the same.  So the C ddl_command_start trigger
+-- asks first, with the indexes the statement names.
+CREATE FUNCTION outbox._guard_drop_index(indexes oid[]) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    hit record;
+BEGIN
+    SELECT i.indexrelid::regclass AS index, i.indrelid::regclass AS tbl INTO hit
+      FROM pg_index i
+      JOIN outbox.registered_tables t ON t.relid = i.indrelid
+     WHERE i.indexrelid = ANY (indexes)
+       AND i.indexrelid IN (SELECT outbox._id_indexes(i.indrelid))
+       AND NOT EXISTS (SELECT FROM outbox._id_indexes(i.indrelid) o WHERE o <> ALL (indexes))
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot drop index %: it is the unique index on id of registered table %',
+            hit.index, hit.tbl
+            USING ERRCODE = 'dependent_objects_still_exist',
+                  HINT = 'Unregister the table with outbox.unregister_table() first.';
+    END IF;
+END
+$$;
 
 CREATE FUNCTION outbox._on_ddl_command_start() RETURNS event_trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'on_ddl_command_start';

@@ -92,6 +92,10 @@ SET ROLE cap_owner;
 -- partition of something else.
 ALTER TABLE events DROP CONSTRAINT events_pkey;
 DROP INDEX plain_id;
+DROP INDEX CONCURRENTLY plain_id;
+SELECT indisvalid AS id_index_still_valid FROM pg_index WHERE indexrelid = 'plain_id'::regclass;
+CREATE UNIQUE INDEX CONCURRENTLY plain_id_2 ON plain (id);
+DROP INDEX CONCURRENTLY plain_id;
 ALTER TABLE plain ENABLE ROW LEVEL SECURITY;
 ALTER TABLE plain FORCE ROW LEVEL SECURITY;
 ALTER TABLE plain DISABLE ROW LEVEL SECURITY;

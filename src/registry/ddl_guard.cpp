@@ -5,7 +5,8 @@
 //   outbox._on_ddl_command_start()   ddl_command_start, every command: loads
 //       this library before the command runs, so that the drop hook below
 //       sees what a DROP removes (nothing else loads it in a session that
-//       only runs DDL), and forgets what an earlier command recorded.
+//       only runs DDL), and forgets what an earlier command recorded; refuses
+//       DROP INDEX CONCURRENTLY of a registered table's index on id.
 //   object_access_hook               records every partition that is dropped,
 //       with its root, while the catalogs still say whose partition it was.
 //   outbox._dropped_partitions()     what the hook recorded for the command,
@@ -83,6 +84,36 @@ OUTBOX_FUNCTION(on_ddl_command_start) {
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._on_ddl_command_start() must be an event trigger")));
     ndropped = 0;
+    // DROP INDEX CONCURRENTLY commits in stages: by sql_drop the index would
+    // already be invalid, so the index on id of a registered table is
+    // refused before it starts.  Names resolve as the statement resolves
+    // them, with the caller's search_path.
+    auto *event = (EventTriggerData *)fcinfo->context;
+    if (IsA(event->parsetree, DropStmt) && ((DropStmt *)event->parsetree)->concurrent &&
+        ((DropStmt *)event->parsetree)->removeType == OBJECT_INDEX) {
+        List *indexes = NIL;
+        ListCell *lc;
+        foreach (lc, ((DropStmt *)event->parsetree)->objects) {
+            Oid index =
+                RangeVarGetRelid(makeRangeVarFromNameList((List *)lfirst(lc)), NoLock, true);
+            if (OidIsValid(index))
+                indexes = lappend_oid(indexes, index);
+        }
+        int n = list_length(indexes);
+        auto *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+        for (int i = 0; i < n; i++)
+            items[i] = ObjectIdGetDatum(list_nth_oid(indexes, i));
+        Oid types[1] = {OIDARRAYOID};
+        Datum args[1] = {
+            PointerGetDatum(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT))};
+        SPI_connect();
+        pg::RunAs scope;
+        pg::run_as_extension_owner(&scope);
+        pg::spi_run("guarding an index", "SELECT outbox._guard_drop_index($1)", 1, types, args,
+                    nullptr, true, 0, SPI_OK_SELECT);
+        pg::run_as_end(&scope);
+        SPI_finish();
+    }
     PG_RETURN_VOID();
 }
 
