@@ -258,13 +258,6 @@ bool get(const char *key, char **value, Error *error) {
     return ok;
 }
 
-bool set(const char *key, const char *value, Error *error) {
-    if (!ensure_connection(error))
-        return false;
-    const char *argv[] = {"SET", key, value};
-    return simple_command(error, 3, argv);
-}
-
 bool mset(int n, const char *const *keys, const char *const *values, Error *error) {
     if (!ensure_connection(error))
         return false;
@@ -286,13 +279,6 @@ char *get_or_error(const char *key) {
         ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("%s", error.message),
                         errdetail("Reading backfill cursor \"%s\".", key)));
     return value;
-}
-
-void set_or_error(const char *key, const char *value) {
-    Error error;
-    if (!set(key, value, &error))
-        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("%s", error.message),
-                        errdetail("Writing backfill cursor \"%s\".", key)));
 }
 
 } // namespace pgoutbox::redis

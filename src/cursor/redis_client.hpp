@@ -30,16 +30,12 @@ struct Error {
 // copy in the current memory context.
 bool get(const char *key, char **value, Error *error);
 
-// SET key value.
-bool set(const char *key, const char *value, Error *error);
-
 // MSET key value ...: n keys in one round trip.  With interrupts held (at
 // commit), a cancel or terminate request ends the wait with a failure, so
 // that the request takes effect once the commit is done.
 bool mset(int n, const char *const *keys, const char *const *values, Error *error);
 
-// As above, but raise the failure as an ERROR.
+// GET, raising a failure as an ERROR.
 char *get_or_error(const char *key);
-void set_or_error(const char *key, const char *value);
 
 } // namespace pgoutbox::redis

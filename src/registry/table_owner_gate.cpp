@@ -25,17 +25,21 @@ OUTBOX_FUNCTION(table_owner_gate) {
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("tbl must not be NULL"),
                         errdetail("outbox.%s needs the table to act on.", name)));
     Oid relid = PG_GETARG_OID(0);
-    // Locked first, so that a concurrent DROP cannot pull it away between
-    // the checks and the body.
-    LockRelationOid(relid, ShareUpdateExclusiveLock);
-    if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("tbl: relation with OID %u does not exist", relid)));
     Oid caller = GetUserId();
-    if (!pg_class_ownercheck(relid, caller))
-        ereport(ERROR,
-                (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
-                 errmsg("must be owner of table %s to call outbox.%s", get_rel_name(relid), name)));
+    // Owner first, lock second (a caller may not lock others' tables), then
+    // both again: a concurrent DROP or ALTER OWNER cannot slip in between
+    // the checks and the body.
+    for (int pass = 0; pass < 2; pass++) {
+        if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                            errmsg("tbl: relation with OID %u does not exist", relid)));
+        if (!pg_class_ownercheck(relid, caller))
+            ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                            errmsg("must be owner of table %s to call outbox.%s",
+                                   get_rel_name(relid), name)));
+        if (pass == 0)
+            LockRelationOid(relid, ShareUpdateExclusiveLock);
+    }
 
     Oid *argtypes;
     int nargs;
