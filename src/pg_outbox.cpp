@@ -3,6 +3,7 @@
 #include "pg/postgres.hpp"
 
 #include "registry/ddl_guard.hpp"
+#include "drain/drain.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 #include "worker/worker.hpp"
@@ -131,6 +132,10 @@ void _PG_init(void) {
                             "A handler running longer fails its message (0: no limit).", nullptr,
                             &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.drain_batch_size", "Outbox rows a drainer holds and delivers in one batch.",
+        "Bounds a drainer's memory whatever the depth of a shard; the worker commits each batch.",
+        &drain_batch_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
 
     // The worker reads it at start.  A PGC_POSTMASTER variable cannot be
     // defined by a library loaded after startup, so without the preload

@@ -1,6 +1,6 @@
-// Draining (drain.hpp).  Written without C++ objects that own resources around
-// PostgreSQL calls: errors unwind through it freely, and the subtransaction
-// pattern is PL/pgSQL's exception block.
+// Delivering a batch (drain.hpp).  Written without C++ objects that own
+// resources around PostgreSQL calls: errors unwind through it freely, and the
+// savepoint pattern is PL/pgSQL's exception block.
 #include "drain/drain.hpp"
 
 #include "pg/guard.hpp"
@@ -12,9 +12,9 @@ extern "C" {
 #include "catalog/pg_proc.h"
 #include "common/hashfn.h"
 #include "storage/itemptr.h"
-#include "utils/tuplestore.h"
 #include "storage/latch.h"
 #include "storage/lock.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/resowner.h"
 #include "utils/timeout.h"
@@ -23,22 +23,34 @@ extern "C" {
 
 namespace pgoutbox {
 
+int drain_batch_size = 10000;
+
 namespace {
 
-const char *outbox_name(Silo silo) {
-    return silo == Silo::Cell ? "outbox.cell_outbox" : "outbox.control_outbox";
-}
+// Attribute numbers of an outbox row (pg_outbox--*.sql, "Outbox storage").
+enum OutboxAttribute {
+    OA_ID = 1,
+    OA_PAYLOAD = 6,
+    OA_SCHEDULED_FROM = 7,
+    OA_SCHEDULED_FOR = 8,
+};
 
 const char *silo_text(Silo silo) {
     return silo == Silo::Cell ? "cell" : "control";
 }
+
+// Subtransactions a batch opens: 1 + 2 per failure.  It takes no new
+// failure once it has opened this many, nor when the transaction's cache of
+// subtransaction XIDs (PGPROC_MAX_CACHED_SUBXIDS, 64) is this close to full.
+constexpr int max_savepoints = 48;
+constexpr int cache_reserve = 8;
 
 } // namespace
 
 // The claim is an advisory lock held to the end of the transaction.  Its
 // fourth field (pg_advisory_* use 1 and 2) keeps it apart from application
 // advisory locks; a hash collision only makes a shard wait a cycle.
-bool claim_shard(const DrainShard *shard) {
+bool claim_shard(const ShardKey *shard) {
     uint32 cell_hash = shard->cell_name ? hash_bytes((const unsigned char *)shard->cell_name,
                                                      (int)strlen(shard->cell_name))
                                         : 0;
@@ -52,10 +64,7 @@ bool claim_shard(const DrainShard *shard) {
     return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
 }
 
-namespace {
-
-// The partition that holds a shard's rows, routed as capture routes them.
-Oid partition_of(const DrainShard *shard) {
+Oid shard_partition(const ShardKey *shard) {
     const Registry *registry = registry_get();
     const OutboxTable *table =
         shard->silo == Silo::Cell ? &registry->cell_outbox : &registry->control_outbox;
@@ -67,35 +76,138 @@ Oid partition_of(const DrainShard *shard) {
     return table->by_remainder[hash % (uint64)table->nremainders].relid;
 }
 
-// Keeps the rows that are still there, with their current schedule: fetched
-// by ctid with the latest snapshot, taken after the claim, so a delivery
-// another drainer committed before the claim is seen.  The ctids then stay
-// valid to the end of the transaction (rows it can see are not vacuumed
-// away under it), and nobody else drains the shard meanwhile.
-void verify_rows(DrainShard *shard) {
-    Relation rel = table_open(partition_of(shard), AccessShareLock);
-    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+bool subtransactions_left() {
+    return !MyProc->subxidStatus.overflowed &&
+           MyProc->subxidStatus.count < PGPROC_MAX_CACHED_SUBXIDS - cache_reserve;
+}
+
+namespace {
+
+// A row as it is now, found from the ctid it was read at.
+struct RowNow {
+    bool present;
+    ItemPointerData ctid; // of its latest version
+    Datum payload;        // jsonb, 0 for NULL
+    bool backed_off;      // scheduled_for > scheduled_from
+    int message;          // -1: not part of a message
+};
+
+// Finds each row of a segment as it is now, with the latest snapshot (taken
+// after the claim, so a delivery another drainer committed before it is
+// seen): through a HOT chain (the outbox has no index, so an update that
+// backs a row off is usually HOT and its old version is pruned to a
+// redirect), else through the update chain; a row whose ctid holds another
+// id now is gone.  Returns false when a row was backed off since it was
+// read: someone else failed the shard meanwhile.
+bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now_rows,
+               TimestampTz now) {
+    Relation rel = table_open(segment->partition, AccessShareLock);
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
-    int kept = 0;
-    for (int i = 0; i < shard->nrows; i++) {
-        DrainRow *row = &shard->rows[i];
-        if (!table_tuple_fetch_row_version(rel, &row->ctid, snapshot, slot))
-            continue;
+    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+    IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+    TableScanDesc scan = table_beginscan_tid(rel, snapshot);
+    bool unchanged = true;
+    for (int i = segment->first; i < segment->first + segment->nrows; i++) {
+        const DrainRow *row = &batch->rows[i];
+        RowNow *found = &now_rows[i];
+        found->present = false;
+        found->message = -1;
+        ItemPointerData tid = row->ctid;
+        if (!table_tuple_tid_valid(scan, &tid))
+            continue; // the page was truncated away: the row is gone
+        bool call_again = false, all_dead = false;
+        bool fetched = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead);
+        if (!fetched) {
+            table_tuple_get_latest_tid(scan, &tid);
+            fetched = table_tuple_fetch_row_version(rel, &tid, snapshot, slot);
+        }
         bool isnull;
-        if (DatumGetInt64(slot_getattr(slot, 1, &isnull)) != row->id)
-            continue; // the ctid holds another row now
-        TimestampTz from = DatumGetTimestampTz(slot_getattr(slot, 7, &isnull));
-        row->scheduled_for = DatumGetTimestampTz(slot_getattr(slot, 8, &isnull));
-        row->backed_off = row->scheduled_for > from;
-        shard->rows[kept++] = *row;
+        if (!fetched || DatumGetInt64(slot_getattr(slot, OA_ID, &isnull)) != row->id)
+            continue;
+        TimestampTz from = DatumGetTimestampTz(slot_getattr(slot, OA_SCHEDULED_FROM, &isnull));
+        TimestampTz until = DatumGetTimestampTz(slot_getattr(slot, OA_SCHEDULED_FOR, &isnull));
+        if (until != row->scheduled_for && until > now)
+            unchanged = false;
+        found->present = true;
+        found->ctid = slot->tts_tid;
+        found->backed_off = until > from;
+        Datum payload = slot_getattr(slot, OA_PAYLOAD, &isnull);
+        found->payload = isnull ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
     }
-    UnregisterSnapshot(snapshot);
+    table_endscan(scan);
+    table_index_fetch_end(fetch);
     ExecDropSingleTupleTableSlot(slot);
+    UnregisterSnapshot(snapshot);
     table_close(rel, AccessShareLock);
-    shard->nrows = kept;
+    return unchanged;
+}
+
+// The shards of the batch that failed in another session after the batch's
+// rows were read: their outbox.shard_errors row was written by a transaction
+// the read snapshot did not see.  One query per batch.
+void skip_failed_since_read(DrainBatch *batch) {
+    if (batch->read_snapshot == nullptr)
+        return;
+    for (int silo = 0; silo < 2; silo++) {
+        Silo which = silo == 0 ? Silo::Cell : Silo::Control;
+        int n = 0;
+        Datum *scopes = (Datum *)palloc(sizeof(Datum) * batch->nsegments);
+        Datum *identifiers = (Datum *)palloc(sizeof(Datum) * batch->nsegments);
+        Datum *cells = (Datum *)palloc(sizeof(Datum) * batch->nsegments);
+        for (int s = 0; s < batch->nsegments; s++) {
+            const DrainSegment *segment = &batch->segments[s];
+            if (segment->action != SegmentAction::Deliver || segment->shard.silo != which ||
+                segment->outcome != SegmentOutcome::Done)
+                continue;
+            scopes[n] = Int32GetDatum(segment->shard.shard_scope);
+            identifiers[n] = Int64GetDatum(segment->shard.shard_identifier);
+            cells[n] =
+                CStringGetTextDatum(segment->shard.cell_name ? segment->shard.cell_name : "");
+            n++;
+        }
+        if (n == 0)
+            continue;
+        Oid types[4] = {TEXTOID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
+        Datum args[4] = {
+            CStringGetTextDatum(silo_text(which)),
+            PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)),
+            PointerGetDatum(
+                construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+            PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT))};
+        uint64 found =
+            pg::spi_run("looking up shard errors",
+                        "SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin"
+                        " FROM outbox.shard_errors e JOIN ROWS FROM (pg_catalog.unnest($2), "
+                        "pg_catalog.unnest($3),"
+                        " pg_catalog.unnest($4)) k (s, i, c)"
+                        " ON e.shard_scope = k.s AND e.shard_identifier = k.i AND e.cell_name = k.c"
+                        " WHERE e.silo = $1",
+                        4, types, args, nullptr, true, 0, SPI_OK_SELECT);
+        for (uint64 r = 0; r < found; r++) {
+            HeapTuple tuple = SPI_tuptable->vals[r];
+            TupleDesc desc = SPI_tuptable->tupdesc;
+            bool isnull;
+            TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tuple, desc, 4, &isnull));
+            // Seen by the read: the rows were read after it, backed off.
+            if (TransactionIdIsCurrentTransactionId(xmin) ||
+                !XidInMVCCSnapshot(xmin, batch->read_snapshot))
+                continue;
+            int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
+            int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
+            char *cell = SPI_getvalue(tuple, desc, 3);
+            for (int s = 0; s < batch->nsegments; s++) {
+                DrainSegment *segment = &batch->segments[s];
+                if (segment->shard.silo == which && segment->shard.shard_scope == scope &&
+                    segment->shard.shard_identifier == identifier &&
+                    strcmp(segment->shard.cell_name ? segment->shard.cell_name : "", cell) == 0)
+                    segment->outcome = SegmentOutcome::Blocked;
+            }
+        }
+    }
 }
 
 struct Message {
+    int segment;
     int first;  // index of its first row
     int newest; // index of its newest row
     int nrows;
@@ -106,7 +218,7 @@ struct Message {
 
 struct MessageKey {
     int64 object_identifier;
-    int64 category; // 64 bits: no padding in the hashed key
+    int64 segment_category; // 64 bits: no padding in the hashed key
 };
 
 struct MessageEntry {
@@ -114,32 +226,40 @@ struct MessageEntry {
     int message;
 };
 
-// Groups rows by (category, object_identifier), in the order of first rows;
-// row_message[i] is the message of row i.
-int coalesce(const DrainShard *shard, Message *messages, int *row_message) {
+// Groups the present rows of each segment by (category, object_identifier),
+// in the order of first rows.
+int coalesce(const DrainBatch *batch, RowNow *now_rows, Message *messages) {
     HASHCTL ctl;
     memset(&ctl, 0, sizeof ctl);
     ctl.keysize = sizeof(MessageKey);
     ctl.entrysize = sizeof(MessageEntry);
     ctl.hcxt = CurrentMemoryContext;
-    HTAB *index = hash_create("pg_outbox messages", Max(shard->nrows, 16), &ctl,
+    HTAB *index = hash_create("pg_outbox messages", Max(batch->nrows, 16), &ctl,
                               HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
     int n = 0;
-    for (int i = 0; i < shard->nrows; i++) {
-        const DrainRow *row = &shard->rows[i];
-        MessageKey key = {row->object_identifier, row->category};
-        bool found;
-        auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
-        if (!found) {
-            entry->message = n;
-            messages[n++] =
-                Message{i, i, 0, row->category, row->object_identifier, row->date_added};
+    for (int s = 0; s < batch->nsegments; s++) {
+        const DrainSegment *segment = &batch->segments[s];
+        if (segment->action != SegmentAction::Deliver || segment->outcome != SegmentOutcome::Done)
+            continue;
+        for (int i = segment->first; i < segment->first + segment->nrows; i++) {
+            if (!now_rows[i].present)
+                continue;
+            const DrainRow *row = &batch->rows[i];
+            MessageKey key = {row->object_identifier,
+                              (int64)(((uint64)(uint32)s << 32) | (uint32)row->category)};
+            bool found;
+            auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
+            if (!found) {
+                entry->message = n;
+                messages[n++] =
+                    Message{s, i, i, 0, row->category, row->object_identifier, row->date_added};
+            }
+            Message *message = &messages[entry->message];
+            message->oldest_added = Min(message->oldest_added, row->date_added);
+            message->newest = i; // rows are in id order
+            message->nrows++;
+            now_rows[i].message = entry->message;
         }
-        Message *message = &messages[entry->message];
-        message->oldest_added = Min(message->oldest_added, row->date_added);
-        message->newest = i; // rows are in id order
-        message->nrows++;
-        row_message[i] = entry->message;
     }
     hash_destroy(index);
     return n;
@@ -159,9 +279,10 @@ void on_handler_timeout() {
     SetLatch(MyLatch);
 }
 
-Datum message_datum(const DrainShard *shard, const Message *message, TupleDesc desc) {
-    const DrainRow *first = &shard->rows[message->first];
-    const DrainRow *newest = &shard->rows[message->newest];
+Datum message_datum(const DrainBatch *batch, const RowNow *now_rows, const Message *message,
+                    TupleDesc desc) {
+    const ShardKey *shard = &batch->segments[message->segment].shard;
+    const RowNow *newest = &now_rows[message->newest];
     Datum values[10];
     bool nulls[10] = {false};
     values[0] = CStringGetTextDatum(silo_text(shard->silo));
@@ -173,13 +294,13 @@ Datum message_datum(const DrainShard *shard, const Message *message, TupleDesc d
     nulls[5] = newest->payload == (Datum)0;
     values[6] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
     nulls[6] = shard->cell_name == nullptr;
-    values[7] = Int64GetDatum(first->id);
-    values[8] = Int64GetDatum(newest->id);
+    values[7] = Int64GetDatum(batch->rows[message->first].id);
+    values[8] = Int64GetDatum(batch->rows[message->newest].id);
     values[9] = Int32GetDatum(message->nrows);
     return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
-// A category's handler, resolved for one shard: the function may have been
+// A category's handler, resolved for one batch: the function may have been
 // dropped since it was registered (then every message of the category fails
 // visibly, and nothing is lost), and it runs as its owner.
 struct Handler {
@@ -211,21 +332,45 @@ int resolve_handlers(const Registry *registry, Handler **result) {
     return n;
 }
 
-// Calls the handler in a subtransaction, as the owner of its function (what
-// a SECURITY DEFINER function would do: the message is handed to code its
-// owner wrote, with that owner's rights and no more); on error fills *error
-// and returns false.  The PL/pgSQL exception-block pattern: rolling the
-// subtransaction back also restores the user and security context.
+Handler *handler_of(Handler *handlers, int nhandlers, int32 category) {
+    for (int h = 0; h < nhandlers; h++)
+        if (handlers[h].category == category)
+            return &handlers[h];
+    return nullptr;
+}
+
+// The savepoint the handlers of a batch run under; what they acquire
+// belongs to its resource owner until it is released or rolled back.
+void open_savepoint(MemoryContext context) {
+    BeginInternalSubTransaction(nullptr);
+    MemoryContextSwitchTo(context);
+}
+
+void release_savepoint(MemoryContext context, ResourceOwner owner) {
+    ReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+}
+
+void rollback_savepoint(MemoryContext context, ResourceOwner owner) {
+    RollbackAndReleaseCurrentSubTransaction();
+    MemoryContextSwitchTo(context);
+    CurrentResourceOwner = owner;
+}
+
+// Calls the handler, inside the open savepoint, as the owner of its function
+// (what a SECURITY DEFINER function would do: the message is handed to code
+// its owner wrote, with that owner's rights and no more), in a GUC nest level
+// of its own: what one handler SETs cannot redirect the next one.  On error
+// fills *error and returns false; the caller then rolls the savepoint back,
+// which also restores the user, the security context and the GUCs.
 bool call_handler(Handler *handler, Datum message, char **error) {
     if (handler->missing != nullptr) {
         *error = pstrdup(handler->missing);
         return false;
     }
     MemoryContext context = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
     volatile bool ok = true;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(context);
     handler_timed_out = false;
     if (handler_timeout_ms > 0) {
         if (handler_timeout_id == MAX_TIMEOUTS)
@@ -237,6 +382,7 @@ bool call_handler(Handler *handler, Datum message, char **error) {
         Oid saved_user;
         int saved_context;
         GetUserIdAndSecContext(&saved_user, &saved_context);
+        int level = NewGUCNestLevel();
         SetUserIdAndSecContext(handler->owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
         // Not FunctionCall1: a void SQL-language function returns NULL.
         LOCAL_FCINFO(call, 1);
@@ -247,11 +393,10 @@ bool call_handler(Handler *handler, Datum message, char **error) {
         (void)FunctionCallInvoke(call);
         in_handler = false;
         SetUserIdAndSecContext(saved_user, saved_context);
+        AtEOXact_GUC(false, level);
         if (handler_timeout_ms > 0)
             disable_timeout(handler_timeout_id, false);
-        ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
     }
     PG_CATCH();
     {
@@ -262,9 +407,6 @@ bool call_handler(Handler *handler, Datum message, char **error) {
         MemoryContextSwitchTo(context);
         ErrorData *edata = CopyErrorData();
         FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(context);
-        CurrentResourceOwner = owner;
         // A cancel or statement_timeout of the caller's is not the
         // handler's failure: it ends the drain (outbox.handler_timeout is).
         if (edata->sqlerrcode == ERRCODE_QUERY_CANCELED && !handler_timed_out)
@@ -281,54 +423,61 @@ bool call_handler(Handler *handler, Datum message, char **error) {
     return ok;
 }
 
-// By ctid: the rows were read (and, when read before the claim, checked) in
-// this transaction, so each ctid still holds the row that was delivered.
-void delete_delivered(const DrainShard *shard, const bool *delivered) {
-    Relation rel = table_open(partition_of(shard), RowExclusiveLock);
-    Snapshot snapshot = GetActiveSnapshot();
-    for (int i = 0; i < shard->nrows; i++)
-        if (delivered[i])
-            simple_table_tuple_delete(rel, &shard->rows[i].ctid, snapshot);
-    table_close(rel, NoLock);
+// The ctids of rows as an array argument.
+Datum tid_array(const ItemPointerData *tids, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = PointerGetDatum(&tids[i]);
+    return PointerGetDatum(
+        construct_array(items, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 }
 
-// The shard key as SQL conditions and arguments $1.. (scope, identifier,
-// cell); returns the number of arguments.
-int shard_condition(const DrainShard *shard, char **where, Oid *types, Datum *args) {
-    types[0] = INT4OID;
-    types[1] = INT8OID;
-    args[0] = Int32GetDatum(shard->shard_scope);
-    args[1] = Int64GetDatum(shard->shard_identifier);
-    if (shard->cell_name == nullptr) {
-        *where = pstrdup("shard_scope = $1 AND shard_identifier = $2");
-        return 2;
-    }
-    types[2] = TEXTOID;
-    args[2] = CStringGetTextDatum(shard->cell_name);
-    *where = pstrdup("shard_scope = $1 AND shard_identifier = $2 AND cell_name = $3");
-    return 3;
+// Sentry's backoff: each row waits twice as long as it last did, between
+// 1 s and 1 h.  By ctid, in the partition that holds the shard.
+const char *back_off_set =
+    "scheduled_from = pg_catalog.now(), scheduled_for = pg_catalog.now() +"
+    " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'), interval '1 hour')";
+
+void back_off_rows(Oid partition, const ItemPointerData *tids, int n) {
+    if (n == 0)
+        return;
+    Oid types[1] = {TIDARRAYOID};
+    Datum args[1] = {tid_array(tids, n)};
+    pg::spi_run(
+        "backing off a shard",
+        psprintf("UPDATE %s SET %s WHERE ctid = ANY ($1)",
+                 quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
+                                            get_rel_name(partition)),
+                 back_off_set),
+        1, types, args, nullptr, false, 0, SPI_OK_UPDATE);
 }
 
-// Sentry's backoff for every row of the shard, and the error for monitoring.
-void back_off(const DrainShard *shard, const Message *failed, const char *error) {
-    char *where;
-    Oid types[4];
-    Datum args[4];
-    int n = shard_condition(shard, &where, types, args);
-    pg::spi_run("backing off a shard",
-                psprintf("UPDATE %s SET scheduled_from = now(), scheduled_for = now() +"
-                         " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'),"
-                         " interval '1 hour') WHERE %s",
-                         outbox_name(shard->silo), where),
-                n, types, args, nullptr, false, 0, SPI_OK_UPDATE);
-    Oid etypes[7] = {TEXTOID, INT4OID, INT8OID, TEXTOID, TEXTOID, INT4OID, INT8OID};
-    Datum eargs[7] = {CStringGetTextDatum(silo_text(shard->silo)),
-                      Int32GetDatum(shard->shard_scope),
-                      Int64GetDatum(shard->shard_identifier),
-                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : ""),
-                      CStringGetTextDatum(error),
-                      Int32GetDatum(failed->category),
-                      Int64GetDatum(failed->object_identifier)};
+// The shard's rows after the last one drain_shard() saw.
+void back_off_rest(const DrainSegment *segment, int64 after_id) {
+    const ShardKey *shard = &segment->shard;
+    Oid types[4] = {INT4OID, INT8OID, INT8OID, TEXTOID};
+    Datum args[4] = {Int32GetDatum(shard->shard_scope), Int64GetDatum(shard->shard_identifier),
+                     Int64GetDatum(after_id),
+                     CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
+    pg::spi_run(
+        "backing off a shard",
+        psprintf(
+            "UPDATE %s SET %s WHERE shard_scope = $1 AND shard_identifier = $2 AND id > $3%s",
+            quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
+                                       get_rel_name(segment->partition)),
+            back_off_set, shard->cell_name ? " AND cell_name = $4" : ""),
+        shard->cell_name ? 4 : 3, types, args, nullptr, false, 0, SPI_OK_UPDATE);
+}
+
+void record_error(const ShardKey *shard, const Message *failed, const char *error) {
+    Oid types[7] = {TEXTOID, INT4OID, INT8OID, TEXTOID, TEXTOID, INT4OID, INT8OID};
+    Datum args[7] = {CStringGetTextDatum(silo_text(shard->silo)),
+                     Int32GetDatum(shard->shard_scope),
+                     Int64GetDatum(shard->shard_identifier),
+                     CStringGetTextDatum(shard->cell_name ? shard->cell_name : ""),
+                     CStringGetTextDatum(error),
+                     Int32GetDatum(failed->category),
+                     Int64GetDatum(failed->object_identifier)};
     pg::spi_run(
         "recording a shard's error",
         "INSERT INTO outbox.shard_errors AS e (silo, shard_scope, shard_identifier, cell_name,"
@@ -338,10 +487,10 @@ void back_off(const DrainShard *shard, const Message *failed, const char *error)
         " attempts = e.attempts + 1, last_error = excluded.last_error,"
         " last_error_at = excluded.last_error_at, category = excluded.category,"
         " object_identifier = excluded.object_identifier",
-        7, etypes, eargs, nullptr, false, 0, SPI_OK_INSERT);
+        7, types, args, nullptr, false, 0, SPI_OK_INSERT);
 }
 
-void clear_error(const DrainShard *shard) {
+void clear_error(const ShardKey *shard) {
     Oid types[4] = {TEXTOID, INT4OID, INT8OID, TEXTOID};
     Datum args[4] = {CStringGetTextDatum(silo_text(shard->silo)), Int32GetDatum(shard->shard_scope),
                      Int64GetDatum(shard->shard_identifier),
@@ -350,6 +499,93 @@ void clear_error(const DrainShard *shard) {
                 "DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
                 " AND shard_identifier = $3 AND cell_name = $4",
                 4, types, args, nullptr, false, 0, SPI_OK_DELETE);
+}
+
+// Runs the handlers of the messages, in order, under savepoints (drain.hpp,
+// step 4).  delivered[m] tells which messages' effects are kept; for a
+// failed segment, failed_at[s] is its failing message and errors[s] the
+// error.
+void deliver(DrainBatch *batch, const RowNow *now_rows, const Message *messages, int nmessages,
+             Handler *handlers, int nhandlers, bool *delivered, int *failed_at, char **errors,
+             DrainStats *stats) {
+    const Registry *registry = registry_get();
+    TupleDesc desc = lookup_rowtype_tupdesc_copy(registry->message_type, -1);
+    MemoryContext context = CurrentMemoryContext;
+    ResourceOwner owner = CurrentResourceOwner;
+
+    int savepoints = 0;
+    int first = 0;         // first message under the open savepoint
+    int release_at = -1;   // after a failure: where the rerun ends
+    bool deferred = false; // out of subtransactions: the rest waits
+    if (!subtransactions_left()) {
+        deferred = true;
+    } else {
+        open_savepoint(context);
+        savepoints++;
+    }
+    for (int m = 0; m < nmessages && !deferred; m++) {
+        if (m == release_at) {
+            release_savepoint(context, owner);
+            first = m;
+            release_at = -1;
+            open_savepoint(context);
+            savepoints++;
+        }
+        const Message *message = &messages[m];
+        DrainSegment *segment = &batch->segments[message->segment];
+        if (segment->outcome == SegmentOutcome::Failed && m >= failed_at[message->segment])
+            continue; // the failing message and the rest of its shard stay
+        Handler *handler = handler_of(handlers, nhandlers, message->category);
+        if (handler == nullptr)
+            continue; // no handler: the message stays, visible
+        char *error = nullptr;
+        if (call_handler(handler, message_datum(batch, now_rows, message, desc), &error)) {
+            delivered[m] = true;
+            CommandCounterIncrement();
+            continue;
+        }
+        rollback_savepoint(context, owner);
+        stats_count_handler_error(message->category);
+        segment->outcome = SegmentOutcome::Failed;
+        failed_at[message->segment] = m;
+        errors[message->segment] = error;
+        for (int k = first; k < m; k++)
+            delivered[k] = false;
+        if (savepoints + 2 > max_savepoints || !subtransactions_left()) {
+            // Nothing since the last release is kept: those shards wait
+            // for the next pass, untouched; so does the failing one when
+            // an earlier message of it was rolled back with it (its rows
+            // are not backed off, its error not recorded: the next pass
+            // delivers that message first).
+            for (int k = first; k < m; k++)
+                if (messages[k].segment == message->segment)
+                    segment->outcome = SegmentOutcome::Blocked;
+            for (int k = first; k < nmessages; k++)
+                if (batch->segments[messages[k].segment].outcome == SegmentOutcome::Done)
+                    batch->segments[messages[k].segment].outcome = SegmentOutcome::Blocked;
+            deferred = true;
+            break;
+        }
+        // Run the messages before the failing one again, keep them, and go
+        // on after it under a new savepoint.
+        open_savepoint(context);
+        savepoints++;
+        release_at = m + 1 < nmessages ? m + 1 : -1;
+        m = first - 1;
+    }
+    if (!deferred)
+        release_savepoint(context, owner);
+    if (deferred && first == 0 && savepoints == 0)
+        for (int s = 0; s < batch->nsegments; s++)
+            if (batch->segments[s].outcome == SegmentOutcome::Done)
+                batch->segments[s].outcome = SegmentOutcome::Blocked;
+    TimestampTz delivered_at = GetCurrentTimestamp();
+    for (int m = 0; m < nmessages; m++)
+        if (delivered[m]) {
+            stats_count_delivered(messages[m].category, messages[m].oldest_added, delivered_at);
+            stats_count_processed(messages[m].category, messages[m].nrows);
+            stats->messages++;
+        }
 }
 
 } // namespace
@@ -361,182 +597,105 @@ void refuse_drain_in_handler(const char *function) {
                         errdetail("A handler that drains would start drains without end.")));
 }
 
-int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats) {
-    if (verify && shard->nrows > 0)
-        verify_rows(shard);
-    TimestampTz now = GetCurrentTransactionStartTimestamp();
-    bool due = false;
-    for (int i = 0; i < shard->nrows && !due; i++)
-        due = shard->rows[i].scheduled_for <= now;
-    if (!due)
-        return 0;
-    stats->shards++;
+void drain_batch(DrainBatch *batch, DrainStats *stats) {
+    MemoryContext work = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox drain batch",
+                                               ALLOCSET_DEFAULT_SIZES);
+    MemoryContext caller = MemoryContextSwitchTo(work);
+    TimestampTz now = GetCurrentTimestamp();
 
-    Message *messages = (Message *)palloc(sizeof(Message) * shard->nrows);
-    int *row_message = (int *)palloc(sizeof(int) * shard->nrows);
-    int nmessages = coalesce(shard, messages, row_message);
-    bool *message_delivered = (bool *)palloc0(sizeof(bool) * nmessages);
-    const Registry *registry = registry_get();
-    TupleDesc desc = lookup_rowtype_tupdesc_copy(registry->message_type, -1);
+    // Claims first, then what the rows are now.
+    for (int s = 0; s < batch->nsegments; s++) {
+        DrainSegment *segment = &batch->segments[s];
+        segment->outcome =
+            claim_shard(&segment->shard) ? SegmentOutcome::Done : SegmentOutcome::Blocked;
+    }
+    skip_failed_since_read(batch);
+    RowNow *now_rows = (RowNow *)palloc0(sizeof(RowNow) * Max(batch->nrows, 1));
+    for (int s = 0; s < batch->nsegments; s++) {
+        DrainSegment *segment = &batch->segments[s];
+        if (segment->outcome != SegmentOutcome::Done)
+            continue;
+        if (segment->action == SegmentAction::BackOff) {
+            // The rest of a shard that failed: by the ctids it was read at
+            // (a row changed since was backed off by someone else).
+            auto *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * segment->nrows);
+            for (int i = 0; i < segment->nrows; i++)
+                tids[i] = batch->rows[segment->first + i].ctid;
+            back_off_rows(segment->partition, tids, segment->nrows);
+            segment->outcome = SegmentOutcome::Failed;
+            continue;
+        }
+        if (!find_rows(batch, segment, now_rows, now))
+            segment->outcome = SegmentOutcome::Blocked;
+        else
+            stats->shards++;
+    }
+
+    Message *messages = (Message *)palloc(sizeof(Message) * Max(batch->nrows, 1));
+    int nmessages = coalesce(batch, now_rows, messages);
+    bool *delivered = (bool *)palloc0(sizeof(bool) * Max(nmessages, 1));
+    int *failed_at = (int *)palloc(sizeof(int) * batch->nsegments);
+    char **errors = (char **)palloc0(sizeof(char *) * batch->nsegments);
     Handler *handlers;
-    int nhandlers = resolve_handlers(registry, &handlers);
+    int nhandlers = resolve_handlers(registry_get(), &handlers);
+    if (nmessages > 0)
+        deliver(batch, now_rows, messages, nmessages, handlers, nhandlers, delivered, failed_at,
+                errors, stats);
 
-    int delivered = 0;
-    const Message *failed = nullptr;
-    char *error = nullptr;
-    for (int m = 0; m < nmessages; m++) {
-        Handler *handler = nullptr;
-        for (int h = 0; h < nhandlers && handler == nullptr; h++)
-            if (handlers[h].category == messages[m].category)
-                handler = &handlers[h];
-        if (handler == nullptr)
-            continue; // no handler: the message stays, visible
-        if (!call_handler(handler, message_datum(shard, &messages[m], desc), &error)) {
-            failed = &messages[m];
-            stats_count_handler_error(failed->category);
-            break;
+    // Delete what was delivered; back off what failed, from the failing
+    // message on; clear the error of a backed-off shard that went through.
+    auto *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(batch->nrows, 1));
+    for (int s = 0; s < batch->nsegments; s++) {
+        DrainSegment *segment = &batch->segments[s];
+        if (segment->action != SegmentAction::Deliver)
+            continue;
+        bool failed = segment->outcome == SegmentOutcome::Failed;
+        int ndelete = 0;
+        bool was_backed_off = false;
+        Relation rel = nullptr;
+        for (int i = segment->first; i < segment->first + segment->nrows; i++) {
+            const RowNow *row = &now_rows[i];
+            if (row->message < 0 || !delivered[row->message])
+                continue;
+            if (rel == nullptr)
+                rel = table_open(segment->partition, RowExclusiveLock);
+            // By ctid: found in this transaction, under the claim, so each
+            // still holds the row that was delivered.
+            simple_table_tuple_delete(rel, const_cast<ItemPointer>(&row->ctid),
+                                      GetActiveSnapshot());
+            ndelete++;
         }
-        stats_count_delivered(messages[m].category, messages[m].oldest_added,
-                              GetCurrentTimestamp());
-        stats_count_processed(messages[m].category, messages[m].nrows);
-        CommandCounterIncrement();
-        message_delivered[m] = true;
-        delivered++;
-    }
-
-    bool *row_delivered = (bool *)palloc(sizeof(bool) * shard->nrows);
-    int nrows = 0;
-    for (int i = 0; i < shard->nrows; i++) {
-        row_delivered[i] = message_delivered[row_message[i]];
-        nrows += row_delivered[i];
-    }
-    if (nrows > 0)
-        delete_delivered(shard, row_delivered);
-    if (failed != nullptr) {
-        back_off(shard, failed, error);
-        stats->failures++;
-    } else {
-        // Only a shard that failed before has an error to clear: its rows
-        // were backed off.
-        bool backed_off = false;
-        for (int i = 0; i < shard->nrows && !backed_off; i++)
-            backed_off = shard->rows[i].backed_off;
-        if (backed_off)
-            clear_error(shard);
-    }
-    stats->messages += delivered;
-    stats->rows += nrows;
-    return delivered;
-}
-
-// Columns of a drain query: ctid, id, category, object_identifier,
-// scheduled_for, scheduled_for > scheduled_from, date_added, shard_scope,
-// shard_identifier, cell_name, payload (variable-width columns last).
-enum DrainColumn {
-    DC_CTID,
-    DC_ID,
-    DC_CATEGORY,
-    DC_OBJECT,
-    DC_SCHEDULED_FOR,
-    DC_BACKED_OFF,
-    DC_DATE_ADDED,
-    DC_SCOPE,
-    DC_SHARD,
-    DC_CELL,
-    DC_PAYLOAD,
-    DC_COUNT
-};
-static const char *drain_columns =
-    "o.ctid, o.id, o.category, o.object_identifier, o.scheduled_for,"
-    " o.scheduled_for > o.scheduled_from, o.date_added, o.shard_scope, o.shard_identifier, %s,"
-    " o.payload";
-
-// One row, deformed once; copies into the current memory context.
-static void fill_row(DrainRow *row, const Datum *values, const bool *nulls) {
-    row->ctid = *(ItemPointer)DatumGetPointer(values[DC_CTID]);
-    row->id = DatumGetInt64(values[DC_ID]);
-    row->category = DatumGetInt32(values[DC_CATEGORY]);
-    row->object_identifier = DatumGetInt64(values[DC_OBJECT]);
-    row->scheduled_for = DatumGetTimestampTz(values[DC_SCHEDULED_FOR]);
-    row->backed_off = DatumGetBool(values[DC_BACKED_OFF]);
-    row->date_added = DatumGetTimestampTz(values[DC_DATE_ADDED]);
-    row->payload =
-        nulls[DC_PAYLOAD] ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(values[DC_PAYLOAD]));
-}
-
-void read_shard(DrainShard *shard, MemoryContext context) {
-    char *where;
-    Oid types[3];
-    Datum args[3];
-    int n = shard_condition(shard, &where, types, args);
-    char *sql = psprintf("SELECT %s FROM %s o WHERE %s ORDER BY o.id",
-                         psprintf(drain_columns, "NULL::text"), outbox_name(shard->silo), where);
-    pg::spi_run("reading a shard", sql, n, types, args, nullptr, true, 0, SPI_OK_SELECT);
-    MemoryContext old = MemoryContextSwitchTo(context);
-    shard->nrows = (int)SPI_processed;
-    shard->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(shard->nrows, 1));
-    Datum values[DC_COUNT];
-    bool nulls[DC_COUNT];
-    for (int i = 0; i < shard->nrows; i++) {
-        heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, nulls);
-        fill_row(&shard->rows[i], values, nulls);
-    }
-    MemoryContextSwitchTo(old);
-}
-
-int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard **result) {
-    bool control = silo == Silo::Control;
-    const char *key =
-        control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
-    char *sql = psprintf("WITH due AS (SELECT %s, pg_catalog.min(scheduled_for) AS oldest FROM %s"
-                         " GROUP BY %s HAVING pg_catalog.min(scheduled_for) <= pg_catalog.now()"
-                         " ORDER BY oldest LIMIT $1)"
-                         " SELECT %s FROM %s o JOIN due d USING (%s) ORDER BY d.oldest, %s, o.id",
-                         key, outbox_name(silo), key,
-                         psprintf(drain_columns, control ? "o.cell_name" : "NULL::text"),
-                         outbox_name(silo), key,
-                         control ? "o.shard_scope, o.shard_identifier, o.cell_name"
-                                 : "o.shard_scope, o.shard_identifier");
-    Oid types[1] = {INT4OID};
-    Datum args[1] = {Int32GetDatum(max_shards)};
-    // The rows are sorted by shard and id in one go: give the sort memory
-    // rather than spill it.
-    int level = NewGUCNestLevel();
-    (void)set_config_option("work_mem", "65536", PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE, true,
-                            0, false);
-    pg::spi_run("finding due shards", sql, 1, types, args, nullptr, true, 0, SPI_OK_SELECT);
-    AtEOXact_GUC(true, level);
-
-    MemoryContext old = MemoryContextSwitchTo(context);
-    uint64 n = SPI_processed;
-    DrainShard *shards = (DrainShard *)palloc0(sizeof(DrainShard) * Max(max_shards, 1));
-    DrainRow *rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(n, 1));
-    int nshards = 0;
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    for (uint64 i = 0; i < n; i++) {
-        Datum values[DC_COUNT];
-        bool nulls[DC_COUNT];
-        heap_deform_tuple(SPI_tuptable->vals[i], desc, values, nulls);
-        int32 scope = DatumGetInt32(values[DC_SCOPE]);
-        int64 identifier = DatumGetInt64(values[DC_SHARD]);
-        char *cell = control ? TextDatumGetCString(values[DC_CELL]) : nullptr;
-        DrainShard *shard = nshards > 0 ? &shards[nshards - 1] : nullptr;
-        if (shard == nullptr || shard->shard_scope != scope ||
-            shard->shard_identifier != identifier ||
-            (control && strcmp(shard->cell_name, cell) != 0)) {
-            shard = &shards[nshards++];
-            shard->silo = silo;
-            shard->shard_scope = scope;
-            shard->shard_identifier = identifier;
-            shard->cell_name = cell;
-            shard->rows = &rows[i];
-            shard->nrows = 0;
+        if (rel != nullptr)
+            table_close(rel, NoLock);
+        stats->rows += ndelete;
+        if (failed) {
+            int n = 0;
+            int64 last_id = 0;
+            for (int i = segment->first; i < segment->first + segment->nrows; i++) {
+                const RowNow *row = &now_rows[i];
+                last_id = batch->rows[i].id;
+                if (row->present && row->message >= failed_at[s])
+                    tids[n++] = row->ctid;
+            }
+            back_off_rows(segment->partition, tids, n);
+            if (segment->back_off_rest)
+                back_off_rest(segment, last_id);
+            const Message *failing = &messages[failed_at[s]];
+            record_error(&segment->shard, failing, errors[s]);
+            stats->failures++;
+        } else if (segment->outcome == SegmentOutcome::Done) {
+            for (int i = segment->first; i < segment->first + segment->nrows && !was_backed_off;
+                 i++)
+                was_backed_off = now_rows[i].present && now_rows[i].backed_off;
+            if (was_backed_off)
+                clear_error(&segment->shard);
         }
-        fill_row(&shard->rows[shard->nrows++], values, nulls);
     }
-    MemoryContextSwitchTo(old);
-    *result = shards;
-    return nshards;
+    // A later read in this transaction (the next batch, a new pass) must
+    // see these deletions and updates.
+    CommandCounterIncrement();
+    MemoryContextSwitchTo(caller);
+    MemoryContextDelete(work);
 }
 
 } // namespace pgoutbox

@@ -1,20 +1,29 @@
 // Draining: due shards, claims, coalescing, handler calls, backoff.
 //
 // A shard is (silo, shard_scope, shard_identifier[, cell_name]).  It is due
-// when any of its rows has scheduled_for <= now(); a due shard drains whole.
-// Draining one shard:
-//   1. claim it with a transaction-level advisory lock, tried, never waited
-//      for: a shard another session is draining is skipped;
-//   2. if its rows were read before the claim, check by ctid and id that they
-//      are still there (another drainer may have delivered them meanwhile);
+// when any of its rows has scheduled_for <= now(); a due shard drains whole,
+// from its oldest row, in id order.  Draining works on batches (drain_pass.hpp
+// makes them): a batch is at most outbox.drain_batch_size rows of at most
+// 1,000 shards, each shard's rows a run (a segment) in id order.  Delivering
+// a batch, in the caller's transaction:
+//   1. claim each segment's shard with a transaction-level advisory lock,
+//      tried, never waited for: a shard another session is draining is
+//      skipped (and the rest of it, in later batches, too: order);
+//   2. check by ctid, following updates, that the rows are still there and
+//      not backed off since they were read (another drainer may have
+//      delivered or failed them meanwhile);
 //   3. coalesce rows with the same (category, object_identifier) into one
 //      message, in the order of their first rows, carrying the newest payload;
-//   4. call each message's handler in its own subtransaction; a handler error
-//      (or outbox.handler_timeout) stops the shard there: that message and the
-//      later ones stay, the shard backs off (2 s, 4 s, ... 1 h) and the error
-//      is recorded in outbox.shard_errors;
-//   5. delete exactly the rows that were delivered (by ctid and id), so a row
-//      committed while the shard was being drained is never deleted unseen.
+//   4. call the handlers, all under one savepoint.  A handler error (or
+//      outbox.handler_timeout) rolls the savepoint back; the messages before
+//      the failing one run again under a new savepoint, the failing one and
+//      the rest of its shard stay, and the other shards go on.  So a batch
+//      uses 1 + 2 x failures subtransactions, and stops taking new failures
+//      well before PostgreSQL's 64-entry subtransaction cache overflows;
+//   5. delete exactly the rows that were delivered (by ctid), so a row
+//      committed while the batch was being drained is never deleted unseen;
+//      back the failed shards off (2 s, 4 s, ... 1 h) and record their errors
+//      in outbox.shard_errors.
 // Messages of a category without a handler stay in the outbox.
 #pragma once
 
@@ -23,50 +32,86 @@
 namespace pgoutbox {
 
 struct DrainStats {
-    int64 shards;   // drained (claimed and due)
+    int64 shards;   // segments claimed and due
     int64 messages; // delivered to handlers
     int64 rows;     // outbox rows deleted after delivery
     int64 failures; // shards stopped by a handler error
 };
 
-// One row of a shard as read for draining.
+struct ShardKey {
+    Silo silo;
+    int32 shard_scope;
+    int64 shard_identifier;
+    const char *cell_name; // control silo only
+};
+
+// One outbox row as a drain pass read it.
 struct DrainRow {
     ItemPointerData ctid;
     int64 id;
     int32 category;
     int64 object_identifier;
-    Datum payload; // jsonb, 0 for NULL
-    TimestampTz scheduled_for;
+    TimestampTz scheduled_for; // as read
     TimestampTz date_added;
-    bool backed_off; // scheduled_for > scheduled_from: a failure was recorded
 };
 
-struct DrainShard {
-    Silo silo;
-    int32 shard_scope;
-    int64 shard_identifier;
-    const char *cell_name; // control silo only
-    int nrows;
-    DrainRow *rows; // in id order
+enum class SegmentAction {
+    Deliver,
+    BackOff, // the rest of a shard that failed in an earlier batch
 };
+
+// Outcome of a segment, for the pass: whether the rest of its shard is
+// skipped, or backed off, in later batches.
+enum class SegmentOutcome {
+    Done,    // delivered (or nothing left to deliver)
+    Blocked, // claimed elsewhere, changed meanwhile, or deferred
+    Failed,  // a handler failed: the rest of the shard backs off
+};
+
+struct DrainSegment {
+    ShardKey shard;
+    Oid partition; // the outbox partition holding the shard
+    SegmentAction action;
+    int first; // index of its first row in the batch
+    int nrows;
+    // drain_shard() sees one batch of a shard, not the rest of it: a failure
+    // backs off the shard's later rows too, by SQL.
+    bool back_off_rest;
+    SegmentOutcome outcome; // set by drain_batch
+};
+
+struct DrainBatch {
+    int nrows;
+    DrainRow *rows;
+    int nsegments;
+    DrainSegment *segments;
+    // The snapshot the rows were read with, when that was before the claims
+    // (a pass): a shard that failed in another session since is skipped.
+    // NULL when the rows were read after the claim (drain_shard).
+    Snapshot read_snapshot;
+};
+
+// Rows a drainer holds at once (outbox.drain_batch_size).
+extern int drain_batch_size;
+// Shards one batch claims, at most: each claim is a lock held to the end of
+// the transaction, and the lock table is finite.
+constexpr int drain_max_shards = 1000;
 
 // ERROR when called while a handler runs.
 void refuse_drain_in_handler(const char *function);
 
 // Claims a shard for the rest of the transaction; false when another
 // session holds it.
-bool claim_shard(const DrainShard *shard);
+bool claim_shard(const ShardKey *shard);
 
-// Drains a claimed shard whose rows were read already (verify: they were
-// read before the claim, in this transaction or an earlier one).  Runs
-// inside SPI, in the caller's transaction.  Returns messages delivered.
-int drain_claimed(DrainShard *shard, bool verify, DrainStats *stats);
+// The partition that holds a shard's rows, routed as capture routes them.
+Oid shard_partition(const ShardKey *shard);
 
-// Reads the rows of up to max_shards due shards of one silo, oldest
-// scheduled_for first, into context; returns how many shards.  Inside SPI.
-int read_due_shards(Silo silo, int max_shards, MemoryContext context, DrainShard **shards);
+// Whether this transaction may still open the subtransactions a batch needs.
+bool subtransactions_left();
 
-// Reads the rows of one shard, in id order.  Inside SPI.
-void read_shard(DrainShard *shard, MemoryContext context);
+// Delivers a batch as described above, in the caller's transaction, inside
+// SPI; sets each segment's outcome.  Works in a memory context of its own.
+void drain_batch(DrainBatch *batch, DrainStats *stats);
 
 } // namespace pgoutbox

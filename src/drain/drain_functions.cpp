@@ -2,6 +2,7 @@
 // cell_name) and outbox.drain(silo).  Both run in the caller's transaction;
 // each message in its own subtransaction.
 #include "drain/drain.hpp"
+#include "drain/drain_pass.hpp"
 #include "pg/guard.hpp"
 #include "settings.hpp"
 
@@ -22,9 +23,21 @@ Silo silo_argument(FunctionCallInfo fcinfo, int n) {
     pg_unreachable();
 }
 
-// Shards drained per outbox.drain() call: each keeps its claim (a lock) to
-// the end of the caller's transaction, and the lock table is finite.
-constexpr int drain_max_shards = 1000;
+// The pass outbox.drain() calls of this session walk, and what it covers.
+// A call goes on where the last one stopped, so a backlog costs one read of
+// the outbox per pass, not one per call.
+DrainPass *session_pass = nullptr;
+bool session_cell, session_control;
+
+// A pass whose partition was read this long ago is read afresh: its rows
+// are likely delivered by the worker since, and new rows wait for it.
+constexpr long stale_pass_ms = 10000;
+
+void end_session_pass() {
+    if (session_pass != nullptr)
+        drain_pass_end(session_pass);
+    session_pass = nullptr;
+}
 
 } // namespace
 
@@ -42,24 +55,22 @@ OUTBOX_FUNCTION(drain_shard) {
     if (silo == Silo::Cell && has_cell)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("cell_name is for control shards only")));
-    DrainShard shard;
+    ShardKey shard;
     shard.silo = silo;
     shard.shard_scope = PG_GETARG_INT32(1);
     shard.shard_identifier = PG_GETARG_INT64(2);
     shard.cell_name = has_cell ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : nullptr;
-    shard.nrows = 0;
-    shard.rows = nullptr;
 
-    // Claim first, then read: the rows need no second look.
-    if (!claim_shard(&shard))
+    // Claim first, then read: what is read is current.
+    if (!claim_shard(&shard) || !subtransactions_left())
         PG_RETURN_INT32(0);
-    MemoryContext caller = CurrentMemoryContext;
     SPI_connect();
-    read_shard(&shard, caller);
+    DrainBatch *batch = read_shard(&shard, drain_batch_size);
     DrainStats stats = {0, 0, 0, 0};
-    int delivered = drain_claimed(&shard, false, &stats);
+    if (batch->nrows > 0)
+        drain_batch(batch, &stats);
     SPI_finish();
-    PG_RETURN_INT32(delivered);
+    PG_RETURN_INT32((int32)stats.messages);
 }
 
 OUTBOX_FUNCTION(drain) {
@@ -73,18 +84,43 @@ OUTBOX_FUNCTION(drain) {
         cell = silo_mode == SILO_MODE_CELL;
         control = silo_mode == SILO_MODE_CONTROL;
     }
-    MemoryContext caller = CurrentMemoryContext;
+    if (!subtransactions_left())
+        PG_RETURN_INT64(0);
     SPI_connect();
+    if (session_pass != nullptr &&
+        (session_cell != cell || session_control != control ||
+         TimestampDifferenceExceeds(drain_pass_read_at(session_pass), GetCurrentTimestamp(),
+                                    stale_pass_ms)))
+        end_session_pass();
+    // One unit of work: outbox.drain_batch_size rows, or more until a
+    // message was delivered (batches that only skip or back off rows go
+    // by), of up to 1,000 shards (each claim is a lock held to the end of
+    // the caller's transaction), from this pass and, when it ends, from one
+    // new pass.  So 0 means: nothing more to deliver now, or this
+    // transaction has no claims or subtransactions left.
+    bool started = false;
+    int rows = 0, shards = 0;
     DrainStats stats = {0, 0, 0, 0};
-    for (int i = 0; i < 2; i++) {
-        Silo silo = i == 0 ? Silo::Cell : Silo::Control;
-        if (!(i == 0 ? cell : control))
+    while ((rows < drain_batch_size || stats.messages == 0) && shards < drain_max_shards &&
+           subtransactions_left()) {
+        if (session_pass == nullptr) {
+            if (started)
+                break;
+            session_pass = drain_pass_begin(cell, control);
+            session_cell = cell;
+            session_control = control;
+            started = true;
+        }
+        DrainBatch *batch = drain_pass_next(session_pass, Max(drain_batch_size - rows, 1),
+                                            drain_max_shards - shards);
+        if (batch == nullptr) {
+            end_session_pass();
             continue;
-        DrainShard *shards;
-        int n = read_due_shards(silo, drain_max_shards, caller, &shards);
-        for (int s = 0; s < n; s++)
-            if (claim_shard(&shards[s]))
-                drain_claimed(&shards[s], true, &stats);
+        }
+        drain_batch(batch, &stats);
+        drain_pass_batch_done(session_pass);
+        rows += batch->nrows;
+        shards += batch->nsegments;
     }
     SPI_finish();
     PG_RETURN_INT64(stats.messages);

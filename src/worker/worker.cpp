@@ -20,6 +20,7 @@
 
 #include "backfill/batch_plan.hpp"
 #include "drain/drain.hpp"
+#include "drain/drain_pass.hpp"
 #include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "worker/worker.hpp"
@@ -132,24 +133,26 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
     return ok;
 }
 
-// Rows of the shards drained; *delivered counts messages handed to handlers.
-int64 drain_silo(Silo silo, int64 *delivered) {
-    DrainShard *shards = nullptr;
-    int nshards = 0;
-    in_transaction(
-        "pg_outbox: finding due shards",
-        [&] { nshards = read_due_shards(silo, 1000, cycle_context, &shards); }, nullptr);
+// One pass over the due shards of the local silo(s) (drain/drain_pass.hpp),
+// one transaction per batch.  Returns the outbox rows of the batches;
+// *delivered counts messages handed to handlers.
+int64 drain_pass(bool cell, bool control, int64 *delivered) {
+    DrainPass *pass = drain_pass_begin(cell, control);
     int64 scheduled = 0;
-    for (int i = 0; i < nshards; i++) {
+    for (bool more = true; more;) {
         CHECK_FOR_INTERRUPTS();
-        DrainShard *shard = &shards[i];
-        scheduled += shard->nrows;
         DrainStats stats = {0, 0, 0, 0};
         in_transaction(
-            "pg_outbox: draining a shard",
+            "pg_outbox: draining a batch",
             [&] {
-                if (claim_shard(shard))
-                    drain_claimed(shard, true, &stats);
+                DrainBatch *batch = drain_pass_next(pass, drain_batch_size, drain_max_shards);
+                if (batch == nullptr) {
+                    more = false;
+                    return;
+                }
+                drain_batch(batch, &stats);
+                drain_pass_batch_done(pass);
+                scheduled += batch->nrows;
             },
             nullptr);
         *delivered += stats.messages;
@@ -158,6 +161,7 @@ int64 drain_silo(Silo silo, int64 *delivered) {
         worker_shared->messages_delivered += stats.messages;
         SpinLockRelease(&worker_shared->mutex);
     }
+    drain_pass_end(pass);
     return scheduled;
 }
 
@@ -319,10 +323,8 @@ bool cycle() {
 
     int64 scheduled = 0;
     int64 delivered = 0;
-    if (silo_mode != SILO_MODE_CONTROL)
-        scheduled += drain_silo(Silo::Cell, &delivered);
-    if (silo_mode != SILO_MODE_CELL)
-        scheduled += drain_silo(Silo::Control, &delivered);
+    scheduled +=
+        drain_pass(silo_mode != SILO_MODE_CONTROL, silo_mode != SILO_MODE_CELL, &delivered);
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.

@@ -81,8 +81,9 @@ q -d other >/dev/null <<'SQL'
 CREATE FUNCTION accept(msg outbox.message) RETURNS void LANGUAGE sql AS '';
 SELECT outbox.register_category('C' || g, 'S', g), outbox.register_handler('C' || g, 'accept(outbox.message)')
   FROM generate_series(2, 600) g;
+-- One shard: delivered, and given slots, in category order.
 INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
-SELECT 0, g, g, g FROM generate_series(2, 600) g;
+SELECT 0, 1, g, g FROM generate_series(2, 600) g ORDER BY g;
 SELECT outbox.drain();
 SQL
 got=$(q -d other -c "SELECT count(*) FILTER (WHERE delivered = 1) || ',' || outbox._stats_untracked() FROM outbox.stats")

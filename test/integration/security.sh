@@ -119,10 +119,10 @@ memory() { # the worker's TopMemoryContext total, as it logs it
 }
 sleep 2
 first=$(memory)
-errors_before=$(grep -c "draining a shard failed" "$CLUSTER_DIR/server.log")
+errors_before=$(grep -c "draining a batch failed" "$CLUSTER_DIR/server.log")
 sleep 10
 last=$(memory)
-errors=$(( $(grep -c "draining a shard failed" "$CLUSTER_DIR/server.log") - errors_before ))
+errors=$(( $(grep -c "draining a batch failed" "$CLUSTER_DIR/server.log") - errors_before ))
 check "the error repeated ($errors times in 10 s)" [ "$errors" -gt 50 ]
 check "the worker's memory stayed flat ($first -> $last bytes used)" [ -n "$first" ] && [ $((last - first)) -lt 65536 ]
 q -c "ALTER DATABASE postgres RESET default_transaction_read_only" >/dev/null

@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Drain at depth: rows/s as the backlog and the number of shards grow, a hot
+# shard, and PgQ's consumer, side by side in one run.
+#
+#   depth curve: 200,000 rows in 1,000 shards; 1,000,000 in 100,000;
+#                5,000,000 in 500,000 (distinct objects, no-op PL/pgSQL
+#                handler), drained by outbox.drain() in a loop (a procedure
+#                that commits after each call) and by the worker;
+#   hot shard:   1,000,000 rows in one shard, drained by the worker: time,
+#                and the growth of the worker's anonymous memory (RssAnon);
+#   PgQ:         1,000,000 events through next_batch / get_batch_events /
+#                finish_batch with the same kind of no-op per event.
+#
+#   bash bench/drain/depth.sh          # SIZES="200000:1000 1000000:100000 5000000:500000"
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+SIZES=${SIZES:-"200000:1000 1000000:100000 5000000:500000"}
+HOT_ROWS=${HOT_ROWS:-1000000}
+PGQ_EVENTS=${PGQ_EVENTS:-1000000}
+trap cluster_stop EXIT
+install_extension "$root"
+redis_start
+cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = on" \
+    "outbox.worker_enabled = off" "outbox.database_name = postgres" "outbox.naptime = 10"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+CREATE EXTENSION pgq;
+SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
+SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
+CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+SELECT outbox.register_handler('MEMBER_UPDATE', 'noop(outbox.message)');
+CREATE PROCEDURE drain_all(INOUT n bigint DEFAULT 0) LANGUAGE plpgsql AS $$
+DECLARE
+    got bigint;
+BEGIN
+    n := 0;
+    LOOP
+        got := outbox.drain('cell');
+        EXIT WHEN got = 0;
+        n := n + got;
+        COMMIT;
+    END LOOP;
+END $$;
+SELECT pgq.create_queue('bench');
+SELECT pgq.register_consumer('bench', 'c');
+CREATE FUNCTION noop_event(ev_id bigint, ev_data text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+CREATE FUNCTION pgq_consume() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    batch bigint;
+    ev record;
+    n bigint := 0;
+BEGIN
+    LOOP
+        batch := pgq.next_batch('bench', 'c');
+        EXIT WHEN batch IS NULL;
+        FOR ev IN SELECT * FROM pgq.get_batch_events(batch) LOOP
+            PERFORM noop_event(ev.ev_id, ev.ev_data);
+            n := n + 1;
+        END LOOP;
+        PERFORM pgq.finish_batch(batch);
+    END LOOP;
+    RETURN n;
+END $$;
+SQL
+
+# rows distinct objects spread over shards, written in the order an
+# application would (shards interleaved).
+fill() {
+    q -c "TRUNCATE outbox.cell_outbox" \
+      -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+          SELECT 0, g % $2, 1, g, jsonb_build_object('id', g) FROM generate_series(1, $1) g" \
+      -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
+}
+empty() { [[ $(q -c "SELECT NOT EXISTS (SELECT FROM outbox.cell_outbox)") == t ]]; }
+by_sql() { # rows/s
+    local start n
+    start=$(date +%s%N)
+    n=$(q -c "CALL drain_all()")
+    local ms=$(ms_since "$start")
+    empty || { echo "outbox not empty after drain()" >&2; exit 1; }
+    [[ $n == "$1" ]] || { echo "drain() delivered $n of $1" >&2; exit 1; }
+    echo $(($1 * 1000 / ms))
+}
+worker_delivered() { q -c "SELECT messages_delivered FROM outbox.worker_status"; }
+worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
+rss_anon() { awk '/^RssAnon/ {print $2}' "/proc/$1/status"; } # kB
+by_worker() { # rows/s [peak RssAnon growth kB]
+    local target=$(($(worker_delivered) + $1)) start pid base peak=0 now
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+    start=$(date +%s%N)
+    until pid=$(worker_pid) && [[ -n $pid ]]; do sleep 0.05; done
+    base=$(rss_anon "$pid")
+    while (($(worker_delivered) < target)); do
+        now=$(rss_anon "$pid" || echo 0)
+        ((now - base > peak)) && peak=$((now - base))
+        sleep 0.1
+    done
+    local ms=$(ms_since "$start")
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+    empty || { echo "outbox not empty after the worker" >&2; exit 1; }
+    echo $(($1 * 1000 / ms)) "$peak" "$ms"
+}
+
+# The worker starts with the server; let it settle, disabled.
+sleep 1
+declare -A sql worker
+for size in $SIZES; do
+    rows=${size%:*} shards=${size#*:}
+    fill "$rows" "$shards"; sql[$size]=$(by_sql "$rows")
+    fill "$rows" "$shards"; read -r r _ _ < <(by_worker "$rows"); worker[$size]=$r
+    echo "$rows rows / $shards shards: drain() ${sql[$size]}/s, worker ${worker[$size]}/s" >&2
+done
+fill "$HOT_ROWS" 1
+read -r hot_rate hot_peak hot_ms < <(by_worker "$HOT_ROWS")
+echo "hot shard: $hot_rate/s, ${hot_ms} ms, RssAnon +${hot_peak} kB" >&2
+q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $PGQ_EVENTS) g" >/dev/null
+q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
+start=$(date +%s%N)
+got=$(q -c "SELECT pgq_consume()")
+pgq_rate=$((got * 1000 / $(ms_since "$start")))
+echo "pgq: $pgq_rate/s" >&2
+
+first=${SIZES%% *}
+{
+echo "# pg_outbox drain at depth"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(q -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/drain/depth.sh\`"
+echo
+echo "No-op PL/pgSQL handler, distinct objects, autovacuum on, outbox.drain_batch_size $(q -c 'SHOW outbox.drain_batch_size'); one run, all in one script."
+echo
+echo "| backlog | shards | drain() rows/s | vs first | worker rows/s | vs first | worker vs PgQ |"
+echo "|---:|---:|---:|---:|---:|---:|---:|"
+for size in $SIZES; do
+    rows=${size%:*} shards=${size#*:}
+    echo "| $rows | $shards | ${sql[$size]} | $(awk -v a="${sql[$size]}" -v b="${sql[$first]}" 'BEGIN{printf "%.2f", a/b}') | ${worker[$size]} | $(awk -v a="${worker[$size]}" -v b="${worker[$first]}" 'BEGIN{printf "%.2f", a/b}') | $(awk -v a="${worker[$size]}" -v b="$pgq_rate" 'BEGIN{printf "%.2f", a/b}') |"
+done
+echo
+echo "Hot shard: $HOT_ROWS rows in one shard, drained by the worker in $((hot_ms / 1000)).$(((hot_ms % 1000) / 100)) s ($hot_rate rows/s); the worker's anonymous memory (RssAnon) grew by at most $((hot_peak / 1024)) MB."
+echo
+echo "PgQ consumer, $PGQ_EVENTS events, same machine, same run: $pgq_rate events/s."
+} | tee "$root/bench/drain/depth.md"

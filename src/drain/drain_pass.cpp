@@ -1,0 +1,408 @@
+// Drain passes (drain_pass.hpp).  Plain C-style code: PostgreSQL errors
+// unwind through it.
+#include "drain/drain_pass.hpp"
+
+#include "pg/run_as.hpp"
+
+extern "C" {
+#include "storage/proc.h"
+#include "storage/procarray.h"
+#include "utils/tuplestore.h"
+}
+
+namespace pgoutbox {
+
+namespace {
+
+// Memory a pass's tuplestore holds before it spills to a temporary file.
+constexpr int store_kbytes = 4096;
+// Memory the sort of a partition read may use before it spills.
+constexpr const char *read_work_mem = "32768"; // kB
+
+// Columns of a pass read.
+enum PassColumn {
+    PC_CTID = 1,
+    PC_ID,
+    PC_CATEGORY,
+    PC_OBJECT,
+    PC_SCHEDULED_FOR,
+    PC_DATE_ADDED,
+    PC_SCOPE,
+    PC_SHARD,
+    PC_CELL,
+};
+
+// What happens to the rows of the shard the stream is in.
+enum class Rest { Deliver, Skip, BackOff };
+
+} // namespace
+
+struct DrainPass {
+    MemoryContext context;       // the pass
+    MemoryContext batch_context; // the current batch
+    bool silos[2];               // cell, control
+    int silo;                    // being walked: 0 cell, 1 control
+    int partition;               // being walked, in by_remainder order; -1 before the first
+    Oid partition_relid;
+    TimestampTz read_at;
+    Tuplestorestate *store; // the due rows of the partition, sorted
+    TupleDesc store_desc;
+    TupleTableSlot *slot;
+    bool pending;          // slot holds a row that did not fit in the last batch
+    SnapshotData snapshot; // what the partition was read with
+    TransactionId *xip, *subxip;
+
+    // The shard the stream is in.
+    bool in_shard;
+    ShardKey shard;
+    char *cell; // shard.cell_name's storage
+    int cell_size;
+    char *scratch; // a row's cell, to compare
+    int scratch_size;
+    Rest rest;
+
+    DrainBatch *batch; // the last one handed out
+    bool batch_done;   // drain_batch() returned for it
+    LocalTransactionId batch_lxid;
+    TransactionId batch_xid;
+};
+
+namespace {
+
+const OutboxTable *outbox_of(int silo) {
+    const Registry *registry = registry_get();
+    return silo == 0 ? &registry->cell_outbox : &registry->control_outbox;
+}
+
+void keep_snapshot(DrainPass *pass, Snapshot snapshot) {
+    if (pass->xip == nullptr) {
+        pass->xip = (TransactionId *)MemoryContextAlloc(
+            pass->context, sizeof(TransactionId) * Max(GetMaxSnapshotXidCount(), 1));
+        pass->subxip = (TransactionId *)MemoryContextAlloc(
+            pass->context, sizeof(TransactionId) * Max(GetMaxSnapshotSubxidCount(), 1));
+    }
+    pass->snapshot = *snapshot;
+    memcpy(pass->xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
+    if (snapshot->subxcnt > 0)
+        memcpy(pass->subxip, snapshot->subxip, sizeof(TransactionId) * snapshot->subxcnt);
+    pass->snapshot.xip = pass->xip;
+    pass->snapshot.subxip = pass->subxip;
+    pass->snapshot.copied = true;
+    pass->snapshot.regd_count = 0;
+    pass->snapshot.active_count = 0;
+}
+
+void drop_store(DrainPass *pass) {
+    if (pass->slot != nullptr)
+        ExecDropSingleTupleTableSlot(pass->slot);
+    if (pass->store != nullptr)
+        tuplestore_end(pass->store);
+    pass->slot = nullptr;
+    pass->store = nullptr;
+    pass->pending = false;
+    pass->in_shard = false;
+}
+
+// Reads the due rows of the next partition; false when there is none left.
+// A shard is due when any of its rows is: the window gives every row its
+// shard's earliest scheduled_for, and the rows come sorted by shard and id
+// (the window's sort is the query's).
+bool read_next_partition(DrainPass *pass) {
+    drop_store(pass);
+    const Registry *registry = registry_get();
+    for (;;) {
+        if (pass->partition + 1 < outbox_of(pass->silo)->nremainders) {
+            pass->partition++;
+        } else {
+            do
+                pass->silo++;
+            while (pass->silo < 2 && !pass->silos[pass->silo]);
+            if (pass->silo >= 2)
+                return false;
+            pass->partition = 0;
+        }
+        if (registry->nhandlers > 0)
+            break;
+    }
+    bool control = pass->silo == 1;
+    pass->partition_relid = outbox_of(pass->silo)->by_remainder[pass->partition].relid;
+    const char *shard =
+        control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
+    char *sql = psprintf(
+        "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added,"
+        " shard_scope, shard_identifier, %s FROM ("
+        "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER (PARTITION BY %s"
+        " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS due_at"
+        " FROM %s o WHERE o.category = ANY ($1)) s WHERE due_at <= $2 ORDER BY %s, id",
+        control ? "cell_name" : "NULL::text", shard,
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
+                                   get_rel_name(pass->partition_relid)),
+        shard);
+    Datum *categories = (Datum *)palloc(sizeof(Datum) * registry->nhandlers);
+    for (int h = 0; h < registry->nhandlers; h++)
+        categories[h] = Int32GetDatum(registry->handler_categories[h]);
+    Oid types[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
+    pass->read_at = GetCurrentTimestamp();
+    Datum args[2] = {PointerGetDatum(construct_array(categories, registry->nhandlers, INT4OID, 4,
+                                                     true, TYPALIGN_INT)),
+                     TimestampTzGetDatum(pass->read_at)};
+
+    // A fresh snapshot, kept: drain.cpp tells from it which shard errors
+    // were written after the read.
+    PushActiveSnapshot(GetTransactionSnapshot());
+    keep_snapshot(pass, GetActiveSnapshot());
+    int level = NewGUCNestLevel();
+    (void)set_config_option("work_mem", read_work_mem, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
+                            true, 0, false);
+    Portal portal = SPI_cursor_open_with_args(nullptr, sql, 2, types, args, nullptr, true,
+                                              CURSOR_OPT_NO_SCROLL);
+    MemoryContext old = MemoryContextSwitchTo(pass->context);
+    // interXact: its temporary file outlives this transaction.
+    pass->store = tuplestore_begin_heap(false, true, store_kbytes);
+    pass->store_desc = CreateTupleDescCopy(portal->tupDesc);
+    pass->slot = MakeSingleTupleTableSlot(pass->store_desc, &TTSOpsMinimalTuple);
+    MemoryContextSwitchTo(old);
+    for (;;) {
+        SPI_cursor_fetch(portal, true, 1000);
+        if (SPI_processed == 0)
+            break;
+        for (uint64 i = 0; i < SPI_processed; i++)
+            tuplestore_puttuple(pass->store, SPI_tuptable->vals[i]);
+        SPI_freetuptable(SPI_tuptable);
+    }
+    SPI_cursor_close(portal);
+    AtEOXact_GUC(true, level);
+    PopActiveSnapshot();
+    return true;
+}
+
+bool same_shard(const ShardKey *a, Silo silo, int32 scope, int64 identifier, const char *cell) {
+    return a->silo == silo && a->shard_scope == scope && a->shard_identifier == identifier &&
+           (cell == nullptr || strcmp(a->cell_name, cell) == 0);
+}
+
+// A row's cell as a C string, in the pass's buffer when it is not the
+// current shard's: compared without allocating, since a skipped hot shard
+// streams past row by row.
+const char *row_cell(DrainPass *pass, TupleTableSlot *slot, char **scratch, int *scratch_size) {
+    bool isnull;
+    Datum value = slot_getattr(slot, PC_CELL, &isnull);
+    if (isnull)
+        return nullptr;
+    text *cell = DatumGetTextPP(value);
+    int length = VARSIZE_ANY_EXHDR(cell);
+    if (pass->in_shard && pass->shard.cell_name != nullptr &&
+        (int)strlen(pass->shard.cell_name) == length &&
+        memcmp(pass->shard.cell_name, VARDATA_ANY(cell), length) == 0)
+        return pass->shard.cell_name;
+    if (length + 1 > *scratch_size) {
+        *scratch_size = Max(length + 1, 64);
+        *scratch = (char *)MemoryContextAlloc(pass->context, *scratch_size);
+    }
+    memcpy(*scratch, VARDATA_ANY(cell), length);
+    (*scratch)[length] = '\0';
+    return *scratch;
+}
+
+void enter_shard(DrainPass *pass, Silo silo, int32 scope, int64 identifier, const char *cell) {
+    pass->in_shard = true;
+    pass->rest = Rest::Deliver;
+    pass->shard.silo = silo;
+    pass->shard.shard_scope = scope;
+    pass->shard.shard_identifier = identifier;
+    pass->shard.cell_name = nullptr;
+    if (cell != nullptr) {
+        int size = (int)strlen(cell) + 1;
+        if (size > pass->cell_size) {
+            pass->cell = (char *)MemoryContextAlloc(pass->context, Max(size, 64));
+            pass->cell_size = Max(size, 64);
+        }
+        memcpy(pass->cell, cell, size);
+        pass->shard.cell_name = pass->cell;
+    }
+}
+
+// What the last batch says about the rest of the shard it ended in.
+void settle_last_batch(DrainPass *pass) {
+    DrainBatch *batch = pass->batch;
+    pass->batch = nullptr;
+    if (batch == nullptr || batch->nsegments == 0 || !pass->in_shard)
+        return;
+    const DrainSegment *last = &batch->segments[batch->nsegments - 1];
+    if (!same_shard(&pass->shard, last->shard.silo, last->shard.shard_scope,
+                    last->shard.shard_identifier, last->shard.cell_name))
+        return;
+    // Its deletions count only once committed.
+    bool committed = pass->batch_done;
+    if (committed && pass->batch_lxid != MyProc->lxid)
+        committed =
+            !TransactionIdIsValid(pass->batch_xid) || TransactionIdDidCommit(pass->batch_xid);
+    if (!committed || last->outcome == SegmentOutcome::Blocked)
+        pass->rest = Rest::Skip;
+    else if (last->outcome == SegmentOutcome::Failed)
+        pass->rest = Rest::BackOff;
+}
+
+} // namespace
+
+DrainPass *drain_pass_begin(bool cell, bool control) {
+    MemoryContext context =
+        AllocSetContextCreate(TopMemoryContext, "pg_outbox drain pass", ALLOCSET_DEFAULT_SIZES);
+    auto *pass = (DrainPass *)MemoryContextAllocZero(context, sizeof(DrainPass));
+    pass->context = context;
+    pass->batch_context =
+        AllocSetContextCreate(context, "pg_outbox drain batch rows", ALLOCSET_DEFAULT_SIZES);
+    pass->silos[0] = cell;
+    pass->silos[1] = control;
+    pass->silo = cell ? 0 : control ? 1 : 2;
+    pass->partition = -1;
+    return pass;
+}
+
+DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
+    settle_last_batch(pass);
+    if (pass->silo >= 2)
+        return nullptr;
+    // The extension may have been dropped and created again since.
+    if (pass->store != nullptr &&
+        (pass->partition >= outbox_of(pass->silo)->nremainders ||
+         outbox_of(pass->silo)->by_remainder[pass->partition].relid != pass->partition_relid)) {
+        drop_store(pass);
+        pass->silo = 2;
+        return nullptr;
+    }
+    MemoryContextReset(pass->batch_context);
+    MemoryContext old = MemoryContextSwitchTo(pass->batch_context);
+    auto *batch = (DrainBatch *)palloc0(sizeof(DrainBatch));
+    batch->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(max_rows, 1));
+    batch->segments = (DrainSegment *)palloc(sizeof(DrainSegment) * Max(max_shards, 1));
+    batch->read_snapshot = &pass->snapshot;
+    Silo silo = pass->silo == 0 ? Silo::Cell : Silo::Control;
+
+    for (;;) {
+        if (!pass->pending && (pass->store == nullptr ||
+                               !tuplestore_gettupleslot(pass->store, true, false, pass->slot))) {
+            // A batch holds rows of one partition read: one read snapshot.
+            if (batch->nrows > 0)
+                break;
+            if (!read_next_partition(pass)) {
+                MemoryContextSwitchTo(old);
+                return nullptr;
+            }
+            silo = pass->silo == 0 ? Silo::Cell : Silo::Control;
+            continue;
+        }
+        pass->pending = false;
+        TupleTableSlot *slot = pass->slot;
+        bool isnull;
+        int32 scope = DatumGetInt32(slot_getattr(slot, PC_SCOPE, &isnull));
+        int64 identifier = DatumGetInt64(slot_getattr(slot, PC_SHARD, &isnull));
+        const char *cell = row_cell(pass, slot, &pass->scratch, &pass->scratch_size);
+        if (!pass->in_shard || !same_shard(&pass->shard, silo, scope, identifier, cell))
+            enter_shard(pass, silo, scope, identifier, cell);
+        if (pass->rest == Rest::Skip)
+            continue;
+        SegmentAction action =
+            pass->rest == Rest::BackOff ? SegmentAction::BackOff : SegmentAction::Deliver;
+        DrainSegment *segment =
+            batch->nsegments > 0 ? &batch->segments[batch->nsegments - 1] : nullptr;
+        bool new_segment = segment == nullptr || segment->action != action ||
+                           !same_shard(&segment->shard, silo, scope, identifier, cell);
+        if (batch->nrows >= max_rows || (new_segment && batch->nsegments >= max_shards)) {
+            pass->pending = true;
+            break;
+        }
+        if (new_segment) {
+            segment = &batch->segments[batch->nsegments++];
+            segment->shard = pass->shard;
+            segment->shard.cell_name = cell != nullptr ? pstrdup(cell) : nullptr;
+            segment->partition = pass->partition_relid;
+            segment->action = action;
+            segment->first = batch->nrows;
+            segment->nrows = 0;
+            segment->back_off_rest = false;
+            segment->outcome = SegmentOutcome::Done;
+        }
+        DrainRow *row = &batch->rows[batch->nrows++];
+        segment->nrows++;
+        row->ctid = *(ItemPointer)DatumGetPointer(slot_getattr(slot, PC_CTID, &isnull));
+        row->id = DatumGetInt64(slot_getattr(slot, PC_ID, &isnull));
+        row->category = DatumGetInt32(slot_getattr(slot, PC_CATEGORY, &isnull));
+        row->object_identifier = DatumGetInt64(slot_getattr(slot, PC_OBJECT, &isnull));
+        row->scheduled_for = DatumGetTimestampTz(slot_getattr(slot, PC_SCHEDULED_FOR, &isnull));
+        row->date_added = DatumGetTimestampTz(slot_getattr(slot, PC_DATE_ADDED, &isnull));
+    }
+    MemoryContextSwitchTo(old);
+    pass->batch = batch;
+    pass->batch_done = false;
+    return batch;
+}
+
+void drain_pass_batch_done(DrainPass *pass) {
+    pass->batch_done = true;
+    pass->batch_lxid = MyProc->lxid;
+    pass->batch_xid = GetTopTransactionIdIfAny();
+}
+
+TimestampTz drain_pass_read_at(const DrainPass *pass) {
+    return pass->read_at;
+}
+
+void drain_pass_end(DrainPass *pass) {
+    drop_store(pass);
+    MemoryContextDelete(pass->context);
+}
+
+DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
+    const Registry *registry = registry_get();
+    auto *batch = (DrainBatch *)palloc0(sizeof(DrainBatch));
+    batch->rows = (DrainRow *)palloc(sizeof(DrainRow) * Max(max_rows, 1));
+    batch->segments = (DrainSegment *)palloc(sizeof(DrainSegment));
+    if (registry->nhandlers == 0)
+        return batch;
+    Oid partition = shard_partition(shard);
+    Datum *categories = (Datum *)palloc(sizeof(Datum) * registry->nhandlers);
+    for (int h = 0; h < registry->nhandlers; h++)
+        categories[h] = Int32GetDatum(registry->handler_categories[h]);
+    Oid types[5] = {INT4OID, INT8OID, INT4ARRAYOID, INT4OID, TEXTOID};
+    Datum args[5] = {Int32GetDatum(shard->shard_scope), Int64GetDatum(shard->shard_identifier),
+                     PointerGetDatum(construct_array(categories, registry->nhandlers, INT4OID, 4,
+                                                     true, TYPALIGN_INT)),
+                     Int32GetDatum(max_rows),
+                     CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
+    char *sql = psprintf(
+        "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added FROM ("
+        "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER () AS due_at"
+        " FROM %s o WHERE o.shard_scope = $1 AND o.shard_identifier = $2"
+        " AND o.category = ANY ($3)%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
+                                   get_rel_name(partition)),
+        shard->cell_name ? " AND o.cell_name = $5" : "");
+    uint64 n = pg::spi_run("reading a shard", sql, shard->cell_name ? 5 : 4, types, args, nullptr,
+                           true, 0, SPI_OK_SELECT);
+    for (uint64 i = 0; i < n; i++) {
+        Datum values[PC_DATE_ADDED];
+        bool nulls[PC_DATE_ADDED];
+        heap_deform_tuple(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, values, nulls);
+        DrainRow *row = &batch->rows[batch->nrows++];
+        row->ctid = *(ItemPointer)DatumGetPointer(values[PC_CTID - 1]);
+        row->id = DatumGetInt64(values[PC_ID - 1]);
+        row->category = DatumGetInt32(values[PC_CATEGORY - 1]);
+        row->object_identifier = DatumGetInt64(values[PC_OBJECT - 1]);
+        row->scheduled_for = DatumGetTimestampTz(values[PC_SCHEDULED_FOR - 1]);
+        row->date_added = DatumGetTimestampTz(values[PC_DATE_ADDED - 1]);
+    }
+    if (batch->nrows > 0) {
+        DrainSegment *segment = &batch->segments[batch->nsegments++];
+        segment->shard = *shard;
+        segment->partition = partition;
+        segment->action = SegmentAction::Deliver;
+        segment->first = 0;
+        segment->nrows = batch->nrows;
+        segment->back_off_rest = true;
+        segment->outcome = SegmentOutcome::Done;
+    }
+    return batch;
+}
+
+} // namespace pgoutbox

@@ -1,0 +1,52 @@
+// A drain pass: one walk over every due shard of the outbox, cut into
+// batches (drain.hpp), at a cost per row that does not depend on how deep
+// the outbox is or how many shards it has.
+//
+// The outbox has no index (pg_outbox--0.5.0.sql, "Outbox storage"), so what
+// is due can only be found by reading it.  0.4.0 read the whole outbox twice
+// for every 1,000 shards it drained: quadratic in the depth.  A pass reads
+// each hash partition once, in a short transaction of its own (sorted by
+// shard and id, only due shards, only categories with a handler), into a
+// tuplestore that spills to a temporary file and outlives the transaction;
+// batches then stream from it, each delivered in a transaction of the
+// caller's.  A partition read is a sixteenth of the outbox, so the read
+// transaction holding back the xmin horizon stays short, and what the pass
+// holds in memory is bounded by outbox.drain_batch_size and the tuplestore's
+// budget, never by the depth of a shard.
+//
+// Rows change between the read and a batch: drain.cpp claims, then finds
+// each row as it is now.  Across batches the pass keeps per-shard order: when
+// a shard's batch was blocked, failed, or its transaction did not commit,
+// the rest of that shard is skipped (or, after a failure, backed off) for the
+// rest of the pass and found again by the next one.
+#pragma once
+
+#include "drain/drain.hpp"
+
+namespace pgoutbox {
+
+struct DrainPass;
+
+// A pass over the due shards of the given silos, as of now.  Lives in its
+// own memory context under TopMemoryContext until drain_pass_end.
+DrainPass *drain_pass_begin(bool cell, bool control);
+
+// The next batch, of at most max_rows rows of at most max_shards shards, or
+// NULL when the pass is over.  Inside SPI; reads the next partition when the
+// current one is used up.  The batch lives until the next call.
+DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards);
+
+// Tells the pass that drain_batch() returned for the last batch: its
+// segments' outcomes hold, if the current transaction commits.
+void drain_pass_batch_done(DrainPass *pass);
+
+// When the partition being walked was read.
+TimestampTz drain_pass_read_at(const DrainPass *pass);
+
+void drain_pass_end(DrainPass *pass);
+
+// The first max_rows rows of one due shard, read now (after its claim), as
+// a batch of one segment; no rows when the shard is not due.  Inside SPI.
+DrainBatch *read_shard(const ShardKey *shard, int max_rows);
+
+} // namespace pgoutbox
