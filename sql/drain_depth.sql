@@ -110,19 +110,26 @@ DELETE FROM outbox.shard_errors;
 TRUNCATE depth_delivered;
 
 -- Bounded memory: a drainer holds one batch, whatever the depth of the
--- shard.  The handler samples the drainer's own memory contexts.
+-- shard.  300,000 rows of one shard, at the default batch size: the pass's
+-- tuplestore spills to a temporary file, and batches go on reading it in
+-- later transactions.  The handler samples the drainer's own memory
+-- contexts, and checks the order.
 CREATE TABLE depth_memory (bytes bigint);
+CREATE TABLE depth_last (object bigint, out_of_order int);
+INSERT INTO depth_last VALUES (0, 0);
 CREATE FUNCTION depth_sample(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    IF msg.object_identifier % 20000 = 0 THEN
+    UPDATE depth_last SET object = msg.object_identifier,
+        out_of_order = out_of_order + (msg.object_identifier <> object + 1)::int;
+    IF msg.object_identifier % 30000 = 0 THEN
         INSERT INTO depth_memory SELECT sum(total_bytes) FROM pg_backend_memory_contexts;
     END IF;
 END $$;
 SELECT outbox.register_category('MEMORY', 'ORGANIZATION_SCOPE', 2);
 SELECT outbox.register_handler('MEMORY', 'depth_sample(outbox.message)');
 INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
-SELECT 0, 218, 2, g, jsonb_build_object('pad', repeat('x', 200)) FROM generate_series(1, 200000) g;
-SET outbox.drain_batch_size = 1000;
+SELECT 0, 218, 2, g, jsonb_build_object('pad', repeat('x', 200)) FROM generate_series(1, 300000) g;
+RESET outbox.drain_batch_size;
 DO $$
 DECLARE
     calls int[];
@@ -131,8 +138,9 @@ BEGIN
     RAISE NOTICE 'delivered % messages in % calls', (SELECT sum(n) FROM unnest(calls) n),
         cardinality(calls);
 END $$;
--- 200,000 rows of this shard are ~60 MB read whole; a 1,000-row batch plus
--- the pass's 4 MB tuplestore buffer is far below 32 MB.
+SELECT object AS last, out_of_order FROM depth_last;
+-- The shard read whole is ~100 MB; a 10,000-row batch plus the pass's 4 MB
+-- tuplestore buffer stays far below 32 MB.
 SELECT count(*) AS samples, max(bytes) < 32 * 1024 * 1024 AS memory_bounded FROM depth_memory;
 SELECT count(*) AS left_in_outbox FROM outbox.cell_outbox;
 SELECT outbox.unregister_handler('MEMORY');

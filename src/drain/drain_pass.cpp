@@ -82,7 +82,8 @@ void keep_snapshot(DrainPass *pass, Snapshot snapshot) {
             pass->context, sizeof(TransactionId) * Max(GetMaxSnapshotSubxidCount(), 1));
     }
     pass->snapshot = *snapshot;
-    memcpy(pass->xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
+    if (snapshot->xcnt > 0)
+        memcpy(pass->xip, snapshot->xip, sizeof(TransactionId) * snapshot->xcnt);
     if (snapshot->subxcnt > 0)
         memcpy(pass->subxip, snapshot->subxip, sizeof(TransactionId) * snapshot->subxcnt);
     pass->snapshot.xip = pass->xip;
@@ -222,6 +223,16 @@ void enter_shard(DrainPass *pass, Silo silo, int32 scope, int64 identifier, cons
     }
 }
 
+// A row read back from a tuplestore that spilled is allocated in the
+// current memory context and owned by the slot, which may keep it past this
+// batch (a pending row): in the pass's context, not the batch's.
+bool next_row(DrainPass *pass) {
+    MemoryContext old = MemoryContextSwitchTo(pass->context);
+    bool found = tuplestore_gettupleslot(pass->store, true, false, pass->slot);
+    MemoryContextSwitchTo(old);
+    return found;
+}
+
 // What the last batch says about the rest of the shard it ended in.
 void settle_last_batch(DrainPass *pass) {
     DrainBatch *batch = pass->batch;
@@ -280,8 +291,7 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
     Silo silo = pass->silo == 0 ? Silo::Cell : Silo::Control;
 
     for (;;) {
-        if (!pass->pending && (pass->store == nullptr ||
-                               !tuplestore_gettupleslot(pass->store, true, false, pass->slot))) {
+        if (!pass->pending && (pass->store == nullptr || !next_row(pass))) {
             // A batch holds rows of one partition read: one read snapshot.
             if (batch->nrows > 0)
                 break;
