@@ -13,7 +13,7 @@ MODULEDIR = extension
 # upgrades each to the newest and compares it with a fresh install of
 # pg_outbox--<newest>.sql, which is written in full by hand).
 RELEASED_SCRIPTS = extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.3.0.sql \
-                   extension/pg_outbox--0.4.0.sql
+                   extension/pg_outbox--0.4.0.sql extension/pg_outbox--0.5.0.sql
 DATA = extension/pg_outbox.control \
        $(sort $(wildcard extension/pg_outbox--*.sql) $(RELEASED_SCRIPTS))
 
@@ -49,6 +49,7 @@ all: $(RELEASED_SCRIPTS)
 extension/pg_outbox--0.2.0.sql: extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.1.0--0.2.0.sql
 extension/pg_outbox--0.3.0.sql: extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.2.0--0.3.0.sql
 extension/pg_outbox--0.4.0.sql: extension/pg_outbox--0.3.0.sql extension/pg_outbox--0.3.0--0.4.0.sql
+extension/pg_outbox--0.5.0.sql: extension/pg_outbox--0.4.0.sql extension/pg_outbox--0.4.0--0.5.0.sql
 $(RELEASED_SCRIPTS):
 	cat $^ >$@
 

@@ -115,12 +115,10 @@ TRUNCATE depth_delivered;
 -- later transactions.  The handler samples the drainer's own memory
 -- contexts, and checks the order.
 CREATE TABLE depth_memory (bytes bigint);
-CREATE TABLE depth_last (object bigint, out_of_order int);
-INSERT INTO depth_last VALUES (0, 0);
+CREATE TABLE depth_order (n serial, object bigint);
 CREATE FUNCTION depth_sample(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
-    UPDATE depth_last SET object = msg.object_identifier,
-        out_of_order = out_of_order + (msg.object_identifier <> object + 1)::int;
+    INSERT INTO depth_order (object) VALUES (msg.object_identifier);
     IF msg.object_identifier % 30000 = 0 THEN
         INSERT INTO depth_memory SELECT sum(total_bytes) FROM pg_backend_memory_contexts;
     END IF;
@@ -138,7 +136,7 @@ BEGIN
     RAISE NOTICE 'delivered % messages in % calls', (SELECT sum(n) FROM unnest(calls) n),
         cardinality(calls);
 END $$;
-SELECT object AS last, out_of_order FROM depth_last;
+SELECT count(*) AS delivered, count(*) FILTER (WHERE object <> n) AS out_of_order FROM depth_order;
 -- The shard read whole is ~100 MB; a 10,000-row batch plus the pass's 4 MB
 -- tuplestore buffer stays far below 32 MB.
 SELECT count(*) AS samples, max(bytes) < 32 * 1024 * 1024 AS memory_bounded FROM depth_memory;

@@ -3,6 +3,7 @@
 #include "pg/postgres.hpp"
 
 #include "registry/ddl_guard.hpp"
+#include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
@@ -136,6 +137,11 @@ void _PG_init(void) {
         "outbox.drain_batch_size", "Outbox rows a drainer holds and delivers in one batch.",
         "Bounds a drainer's memory whatever the depth of a shard; the worker commits each batch.",
         &drain_batch_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.compact_min_size",
+        "Size from which the worker compacts an outbox partition that is mostly dead tuples.",
+        "0: never.  Compaction truncates the partition and writes its live rows back.",
+        &compact_min_size_kb, 1024, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_KB, nullptr, nullptr, nullptr);
 
     // The worker reads it at start.  A PGC_POSTMASTER variable cannot be
     // defined by a library loaded after startup, so without the preload

@@ -3,7 +3,7 @@
 #   A. 1,000 shards x 100 rows, 10 objects per shard (coalescing: 10,000 messages);
 #   B. 200,000 rows of distinct objects over 1,000 shards (200,000 messages);
 # drained by outbox.drain() (one transaction per call) and by the background
-# worker (one transaction per shard), side by side with PgQ's consumer
+# worker (one transaction per batch), side by side with PgQ's consumer
 # (next_batch / get_batch_events / finish_batch) calling the same no-op per
 # event; and end-to-end lag (commit to handler) p50/p99 under a steady
 # 1,000 tx/s write load with the worker at its default naptime.
@@ -68,7 +68,7 @@ drain_sql() { # messages/s draining with outbox.drain() until empty
     [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]] || { echo "outbox not empty" >&2; exit 1; }
     echo $((n * 1000 / $(ms_since "$start"))) $n
 }
-drain_worker() { # messages/s with the worker (one transaction per shard)
+drain_worker() { # messages/s with the worker (one transaction per batch)
     local start
     q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
     start=$(date +%s%N)
@@ -142,7 +142,7 @@ for k in a_sql a_worker b_sql b_worker; do
     esac
     case $k in
     *_sql) by="outbox.drain(), one transaction per call" ;;
-    *_worker) by="the worker, one transaction per shard" ;;
+    *_worker) by="the worker, one transaction per batch" ;;
     esac
     echo "| $w | $by | $(med $k) | $(awk -v a="$(med $k)" -v b="$pgq_rate" 'BEGIN{printf "%.2f", a/b}') |"
 done

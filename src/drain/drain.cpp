@@ -76,6 +76,13 @@ Oid shard_partition(const ShardKey *shard) {
     return table->by_remainder[hash % (uint64)table->nremainders].relid;
 }
 
+Oid partition_filenode(Oid partition) {
+    Relation rel = table_open(partition, AccessShareLock);
+    Oid filenode = rel->rd_node.relNode;
+    table_close(rel, NoLock);
+    return filenode;
+}
+
 bool subtransactions_left() {
     return !MyProc->subxidStatus.overflowed &&
            MyProc->subxidStatus.count < PGPROC_MAX_CACHED_SUBXIDS - cache_reserve;
@@ -98,10 +105,16 @@ struct RowNow {
 // backs a row off is usually HOT and its old version is pruned to a
 // redirect), else through the update chain; a row whose ctid holds another
 // id now is gone.  Returns false when a row was backed off since it was
-// read: someone else failed the shard meanwhile.
+// read (someone else failed the shard meanwhile), or when the partition was
+// rewritten since (its ctids mean nothing now).
 bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now_rows,
                TimestampTz now) {
     Relation rel = table_open(segment->partition, AccessShareLock);
+    if (rel->rd_node.relNode != segment->filenode) {
+        // Rewritten since the read (compacted): nothing read before holds.
+        table_close(rel, NoLock);
+        return false;
+    }
     Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
     TupleTableSlot *slot = table_slot_create(rel, nullptr);
     IndexFetchTableData *fetch = table_index_fetch_begin(rel);
@@ -174,6 +187,9 @@ void skip_failed_since_read(DrainBatch *batch) {
             PointerGetDatum(
                 construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
             PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT))};
+        // With the latest snapshot, taken after the claims: a failure
+        // committed before them is seen, whatever the isolation level.
+        PushActiveSnapshot(GetLatestSnapshot());
         uint64 found =
             pg::spi_run("looking up shard errors",
                         "SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin"
@@ -183,6 +199,7 @@ void skip_failed_since_read(DrainBatch *batch) {
                         " ON e.shard_scope = k.s AND e.shard_identifier = k.i AND e.cell_name = k.c"
                         " WHERE e.silo = $1",
                         4, types, args, nullptr, true, 0, SPI_OK_SELECT);
+        PopActiveSnapshot();
         for (uint64 r = 0; r < found; r++) {
             HeapTuple tuple = SPI_tuptable->vals[r];
             TupleDesc desc = SPI_tuptable->tupdesc;
@@ -617,7 +634,12 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
             continue;
         if (segment->action == SegmentAction::BackOff) {
             // The rest of a shard that failed: by the ctids it was read at
-            // (a row changed since was backed off by someone else).
+            // (a row changed since was backed off by someone else), unless
+            // the partition was rewritten since.
+            if (partition_filenode(segment->partition) != segment->filenode) {
+                segment->outcome = SegmentOutcome::Blocked;
+                continue;
+            }
             auto *tids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * segment->nrows);
             for (int i = 0; i < segment->nrows; i++)
                 tids[i] = batch->rows[segment->first + i].ctid;

@@ -71,6 +71,9 @@ enum class SegmentOutcome {
 struct DrainSegment {
     ShardKey shard;
     Oid partition; // the outbox partition holding the shard
+    // Its file when the rows were read: compaction (or VACUUM FULL, or
+    // CLUSTER) gives it a new one, and the ctids read before mean nothing.
+    Oid filenode;
     SegmentAction action;
     int first; // index of its first row in the batch
     int nrows;
@@ -106,6 +109,10 @@ bool claim_shard(const ShardKey *shard);
 
 // The partition that holds a shard's rows, routed as capture routes them.
 Oid shard_partition(const ShardKey *shard);
+
+// The file of a partition, as this transaction sees it (it locks the
+// partition, as the read that goes with it does).
+Oid partition_filenode(Oid partition);
 
 // Whether this transaction may still open the subtransactions a batch needs.
 bool subtransactions_left();

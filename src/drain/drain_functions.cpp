@@ -1,6 +1,7 @@
 // SQL entry points: outbox.drain_shard(silo, shard_scope, shard_identifier,
 // cell_name) and outbox.drain(silo).  Both run in the caller's transaction;
 // each message in its own subtransaction.
+#include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
 #include "pg/guard.hpp"
@@ -124,4 +125,36 @@ OUTBOX_FUNCTION(drain) {
     }
     SPI_finish();
     PG_RETURN_INT64(stats.messages);
+}
+
+// outbox.compact_outbox(silo, force): compacts what is due now (force: every
+// partition with a file), in the caller's transaction; returns how many
+// partitions it compacted.
+OUTBOX_FUNCTION(compact_outbox) {
+    bool cell = true, control = true;
+    if (!PG_ARGISNULL(0)) {
+        Silo silo = silo_argument(fcinfo, 0);
+        cell = silo == Silo::Cell;
+        control = silo == Silo::Control;
+    }
+    if (PG_ARGISNULL(1))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("force must not be NULL")));
+    bool force = PG_GETARG_BOOL(1);
+    SPI_connect();
+    int compacted = 0;
+    for (int silo = 0; silo < 2; silo++) {
+        if (!(silo == 0 ? cell : control))
+            continue;
+        const Registry *registry = registry_get();
+        const OutboxTable *table = silo == 0 ? &registry->cell_outbox : &registry->control_outbox;
+        int n = table->nremainders;
+        Oid *partitions = (Oid *)palloc(sizeof(Oid) * n);
+        for (int r = 0; r < n; r++)
+            partitions[r] = table->by_remainder[r].relid;
+        for (int r = 0; r < n; r++)
+            if (compaction_due(partitions[r], force) && compact_partition(partitions[r]))
+                compacted++;
+    }
+    SPI_finish();
+    PG_RETURN_INT32(compacted);
 }

@@ -17,7 +17,7 @@ namespace {
 // Memory a pass's tuplestore holds before it spills to a temporary file.
 constexpr int store_kbytes = 4096;
 // Memory the sort of a partition read may use before it spills.
-constexpr const char *read_work_mem = "32768"; // kB
+constexpr const char *read_work_mem = "16384"; // kB
 
 // Columns of a pass read.
 enum PassColumn {
@@ -44,6 +44,7 @@ struct DrainPass {
     int silo;                    // being walked: 0 cell, 1 control
     int partition;               // being walked, in by_remainder order; -1 before the first
     Oid partition_relid;
+    Oid partition_filenode;
     TimestampTz read_at;
     Tuplestorestate *store; // the due rows of the partition, sorted
     TupleDesc store_desc;
@@ -174,6 +175,7 @@ bool read_next_partition(DrainPass *pass) {
     SPI_cursor_close(portal);
     AtEOXact_GUC(true, level);
     PopActiveSnapshot();
+    pass->partition_filenode = partition_filenode(pass->partition_relid);
     return true;
 }
 
@@ -327,6 +329,7 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
             segment->shard = pass->shard;
             segment->shard.cell_name = cell != nullptr ? pstrdup(cell) : nullptr;
             segment->partition = pass->partition_relid;
+            segment->filenode = pass->partition_filenode;
             segment->action = action;
             segment->first = batch->nrows;
             segment->nrows = 0;
@@ -406,6 +409,7 @@ DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
         DrainSegment *segment = &batch->segments[batch->nsegments++];
         segment->shard = *shard;
         segment->partition = partition;
+        segment->filenode = partition_filenode(partition);
         segment->action = SegmentAction::Deliver;
         segment->first = 0;
         segment->nrows = batch->nrows;

@@ -19,6 +19,7 @@
 #include "pg/guard.hpp"
 
 #include "backfill/batch_plan.hpp"
+#include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
 #include "pg/run_as.hpp"
@@ -163,6 +164,37 @@ int64 drain_pass(bool cell, bool control, int64 *delivered) {
     }
     drain_pass_end(pass);
     return scheduled;
+}
+
+// Compacts the partitions of the local silo(s) that are due (drain/
+// compaction.hpp), each in a transaction of its own: its lock is held to
+// the commit, so capture into the other partitions never waits for it.
+void compact(bool cell, bool control) {
+    if (compact_min_size_kb <= 0)
+        return;
+    Oid partitions[2 * 64];
+    int n = 0;
+    in_transaction(
+        "pg_outbox: finding partitions to compact",
+        [&] {
+            const Registry *registry = registry_get();
+            for (int silo = 0; silo < 2; silo++) {
+                if (!(silo == 0 ? cell : control))
+                    continue;
+                const OutboxTable *table =
+                    silo == 0 ? &registry->cell_outbox : &registry->control_outbox;
+                for (int r = 0; r < table->nremainders && n < (int)lengthof(partitions); r++)
+                    if (compaction_due(table->by_remainder[r].relid, false))
+                        partitions[n++] = table->by_remainder[r].relid;
+            }
+        },
+        nullptr);
+    for (int i = 0; i < n; i++) {
+        CHECK_FOR_INTERRUPTS();
+        in_transaction(
+            "pg_outbox: compacting a partition", [&] { (void)compact_partition(partitions[i]); },
+            nullptr);
+    }
 }
 
 // Registered tables local to the silo mode, in the walk's stable order, with
@@ -325,6 +357,7 @@ bool cycle() {
     int64 delivered = 0;
     scheduled +=
         drain_pass(silo_mode != SILO_MODE_CONTROL, silo_mode != SILO_MODE_CELL, &delivered);
+    compact(silo_mode != SILO_MODE_CONTROL, silo_mode != SILO_MODE_CELL);
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.
@@ -421,5 +454,10 @@ void outbox_worker_main(Datum) {
             [&] { installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
         if (installed)
             busy = cycle();
+        // A background worker reports its table statistics itself (a
+        // backend does when idle): without this, autovacuum and compaction
+        // would never learn of the rows the drain deleted.  At most once a
+        // second, outside any transaction.
+        (void)pgstat_report_stat(false);
     }
 }

@@ -90,6 +90,45 @@ check "reloaded worker_enabled = off: rows wait" [ "$(q -c "SELECT count(*) FROM
 q -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
 check "reloaded worker_enabled = on: drained" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
 
+# A hot shard: 100,000 rows of one shard, ten batches, more than a pass
+# keeps in memory (its tuplestore spills to a file read across the batches'
+# transactions).  The worker delivers them in order, each once.
+q >/dev/null <<'SQL'
+SELECT outbox.register_category('HOT', 'ORGANIZATION_SCOPE', 7);
+CREATE TABLE hot_seen (n serial, object bigint);
+CREATE FUNCTION hot(msg outbox.message) RETURNS void LANGUAGE sql AS
+    'INSERT INTO hot_seen (object) VALUES (msg.object_identifier)';
+SELECT outbox.register_handler('HOT', 'hot(outbox.message)');
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+SELECT 0, 77, 7, g FROM generate_series(1, 100000) g;
+SQL
+check "a hot shard of 100,000 rows drains through the worker, in order, once" \
+    wait_for 60 "SELECT count(*) || ',' || count(*) FILTER (WHERE object <> n) FROM hot_seen" "100000,0"
+
+# Compaction: while another session holds a snapshot, VACUUM cannot remove
+# the rows the worker delivered; the worker rewrites the partitions that are
+# mostly dead instead, and the outbox does not stay bloated.
+q >/dev/null <<'SQL'
+SELECT outbox.register_category('SPREAD', 'ORGANIZATION_SCOPE', 8);
+CREATE FUNCTION accept(msg outbox.message) RETURNS void LANGUAGE sql AS '';
+SELECT outbox.register_handler('SPREAD', 'accept(outbox.message)');
+ALTER SYSTEM SET outbox.compact_min_size = '64kB';
+SELECT pg_reload_conf();
+SQL
+outbox_bytes="SELECT sum(pg_relation_size(i.inhrelid)) FROM pg_inherits i WHERE i.inhparent = 'outbox.cell_outbox'::regclass"
+psql -X -q -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT 1" -c "SELECT pg_sleep(120)" >/dev/null 2>&1 &
+holder=$!
+sleep 0.5
+q -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+      SELECT 0, g % 64, 8, g, jsonb_build_object('pad', repeat('x', 100)) FROM generate_series(1, 40000) g" >/dev/null
+check "40,000 rows drained under a held snapshot" wait_for 60 "SELECT count(*) FROM outbox.cell_outbox" 0
+bytes=$(q -c "$outbox_bytes")
+check "the worker compacted the outbox meanwhile (from $bytes bytes)" \
+    wait_for 30 "SELECT ($outbox_bytes) < 1024 * 1024" t
+kill "$holder" 2>/dev/null
+wait "$holder" 2>/dev/null
+q -c "ALTER SYSTEM RESET outbox.compact_min_size" -c "SELECT pg_reload_conf()" >/dev/null
+
 # SIGTERM mid-backfill: a large batch is running when pg_terminate_backend
 # arrives; the worker is gone within a second and comes back.
 q -c "SELECT outbox.set_replication_version('member', 3)" \

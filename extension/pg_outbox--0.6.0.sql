@@ -1,4 +1,4 @@
--- pg_outbox 0.5.0, as one script: what CREATE EXTENSION pg_outbox installs.
+-- pg_outbox 0.6.0, as one script: what CREATE EXTENSION pg_outbox installs.
 -- The upgrade scripts (pg_outbox--<from>--<to>.sql) must lead every earlier
 -- version to exactly this (test/integration/upgrade.sh compares them).
 \echo Use "CREATE EXTENSION pg_outbox" to load this file. \quit
@@ -1309,6 +1309,13 @@ CREATE FUNCTION outbox.drain_shard(silo text, shard_scope int, shard_identifier 
     LANGUAGE c AS 'MODULE_PATHNAME', 'drain_shard';
 CREATE FUNCTION outbox.drain(silo text DEFAULT NULL) RETURNS bigint
     LANGUAGE c AS 'MODULE_PATHNAME', 'drain';
+
+-- Rewrites the outbox partitions that are mostly dead tuples (a snapshot
+-- held for long keeps them from VACUUM): src/drain/compaction.hpp.  The
+-- worker does it every cycle; force compacts every partition with a file.
+CREATE FUNCTION outbox.compact_outbox(silo text DEFAULT NULL, force boolean DEFAULT false)
+    RETURNS int
+    LANGUAGE c AS 'MODULE_PATHNAME', 'compact_outbox';
 
 -- Wakes the background worker for a cycle now; needs shared_preload_libraries.
 CREATE FUNCTION outbox.wake_worker() RETURNS boolean
