@@ -163,6 +163,21 @@ CALL depth_drain_all();
 SELECT object, coalesced FROM depth_delivered ORDER BY n;
 SELECT count(*) AS left_in_outbox FROM outbox.cell_outbox;
 
+-- A batch whose second shard is claimed by another session: the first is
+-- delivered, the claimed one is left as it is, and delivered once free.
+SELECT dblink_connect('claimer', 'dbname=' || current_database());
+SELECT dblink_exec('claimer', 'BEGIN');
+SELECT * FROM dblink('claimer', 'SELECT outbox.drain_shard(''cell'', 0, 228)') AS t(delivered int);
+SELECT depth_put(218, '{1, 2}');
+SELECT depth_put(228, '{1, 2}');
+TRUNCATE depth_delivered;
+SELECT outbox.drain('cell') AS delivered;
+SELECT shard_identifier, object_identifier FROM outbox.cell_outbox ORDER BY id;
+SELECT dblink_exec('claimer', 'COMMIT');
+SELECT dblink_disconnect('claimer');
+SELECT outbox.drain('cell') AS delivered;
+SELECT shard, object FROM depth_delivered ORDER BY n;
+
 -- Bad settings.
 SET outbox.drain_batch_size = 0;
 SET outbox.drain_batch_size = 1000001;

@@ -627,7 +627,11 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
             claim_shard(&segment->shard) ? SegmentOutcome::Done : SegmentOutcome::Blocked;
     }
     skip_failed_since_read(batch);
+    // Rows of a segment that is not delivered (claimed elsewhere, backed
+    // off, rewritten) are in no message and are never deleted.
     RowNow *now_rows = (RowNow *)palloc0(sizeof(RowNow) * Max(batch->nrows, 1));
+    for (int i = 0; i < batch->nrows; i++)
+        now_rows[i].message = -1;
     for (int s = 0; s < batch->nsegments; s++) {
         DrainSegment *segment = &batch->segments[s];
         if (segment->outcome != SegmentOutcome::Done)
