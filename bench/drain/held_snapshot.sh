@@ -52,6 +52,7 @@ SQL
 echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 9999)::int);' >"$work/insert.sql"
 total=$((BEFORE_S + HOLD_S + AFTER_S))
 "$PG_BIN/pgbench" -n -c 2 -j 2 -R "$RATE" -T "$total" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1 &
+pgbench=$!
 # Samples the end of the worker's last cycle twenty times a second.
 (
     while true; do
@@ -105,7 +106,7 @@ for ((s = 60; s <= AFTER_S; s += 60)); do
     sleep 60; minute=$((minute + 1)); echo "| $(sample "$minute (after)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
 done
 kill "$sampler" 2>/dev/null || true
-wait
+wait "$pgbench" || true
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
 echo >>"$work/report.md"
 echo "pgbench sustained ${tps%.*} tx/s." >>"$work/report.md"
