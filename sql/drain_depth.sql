@@ -178,6 +178,23 @@ SELECT dblink_disconnect('claimer');
 SELECT outbox.drain('cell') AS delivered;
 SELECT shard, object FROM depth_delivered ORDER BY n;
 
+-- A call rolled back to a savepoint: its deletions are undone, so the pass
+-- does not go on with the rest of that shard; it reads it again.
+SET outbox.drain_batch_size = 1;
+SELECT depth_put(218, '{1, 2, 3}');
+TRUNCATE depth_delivered;
+BEGIN;
+SAVEPOINT a;
+SELECT outbox.drain('cell') AS delivered_then_rolled_back;
+ROLLBACK TO a;
+SELECT outbox.drain('cell') AS delivered;
+COMMIT;
+SELECT outbox.drain('cell') AS delivered;
+SELECT outbox.drain('cell') AS delivered;
+SELECT outbox.drain('cell') AS delivered;
+SELECT string_agg(object::text, ',' ORDER BY n) AS committed_deliveries FROM depth_delivered;
+RESET outbox.drain_batch_size;
+
 -- Bad settings.
 SET outbox.drain_batch_size = 0;
 SET outbox.drain_batch_size = 1000001;

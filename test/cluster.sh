@@ -41,7 +41,7 @@ ${REDIS_PORT:+outbox.redis_port = $REDIS_PORT}
 $(printf '%s\n' "$@")
 CONF
     _as_db_user env ${OUTBOX_SERVER_ENV:-} "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" \
-        -l "$CLUSTER_DIR/server.log" -w start >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }
+        -l "$CLUSTER_DIR/server.log" ${OUTBOX_CORE_FILES:+-c} -w start >/dev/null || { cat "$CLUSTER_DIR/server.log"; return 1; }
 }
 
 redis_start() {

@@ -64,7 +64,6 @@ struct DrainPass {
 
     DrainBatch *batch; // the last one handed out
     bool batch_done;   // drain_batch() returned for it
-    LocalTransactionId batch_lxid;
     TransactionId batch_xid;
 };
 
@@ -245,11 +244,13 @@ void settle_last_batch(DrainPass *pass) {
     if (!same_shard(&pass->shard, last->shard.silo, last->shard.shard_scope,
                     last->shard.shard_identifier, last->shard.cell_name))
         return;
-    // Its deletions count only once committed.
+    // Its deletions count only if the (sub)transaction that made them is
+    // still in effect or committed: a caller may have rolled back to a
+    // savepoint since, or ended the transaction with ROLLBACK.
     bool committed = pass->batch_done;
-    if (committed && pass->batch_lxid != MyProc->lxid)
-        committed =
-            !TransactionIdIsValid(pass->batch_xid) || TransactionIdDidCommit(pass->batch_xid);
+    if (committed && TransactionIdIsValid(pass->batch_xid))
+        committed = TransactionIdIsCurrentTransactionId(pass->batch_xid) ||
+                    TransactionIdDidCommit(pass->batch_xid);
     if (!committed || last->outcome == SegmentOutcome::Blocked)
         pass->rest = Rest::Skip;
     else if (last->outcome == SegmentOutcome::Failed)
@@ -353,8 +354,9 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
 
 void drain_pass_batch_done(DrainPass *pass) {
     pass->batch_done = true;
-    pass->batch_lxid = MyProc->lxid;
-    pass->batch_xid = GetTopTransactionIdIfAny();
+    // The deletions were made in the caller's (sub)transaction; without an
+    // XID it deleted nothing.
+    pass->batch_xid = GetCurrentTransactionIdIfAny();
 }
 
 TimestampTz drain_pass_read_at(const DrainPass *pass) {
