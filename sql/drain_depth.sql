@@ -195,6 +195,20 @@ SELECT outbox.drain('cell') AS delivered;
 SELECT string_agg(object::text, ',' ORDER BY n) AS committed_deliveries FROM depth_delivered;
 RESET outbox.drain_batch_size;
 
+-- A control shard across calls, one row per batch: its cell name outlives
+-- the call that read the partition (the next call compares it).
+SELECT outbox.register_cell('us');
+INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier, cell_name)
+SELECT 0, 218, 1, g, 'us' FROM generate_series(1, 3) g;
+TRUNCATE depth_delivered;
+SET outbox.drain_batch_size = 1;
+SELECT outbox.drain('control') AS delivered;
+SELECT outbox.drain('control') AS delivered;
+SELECT outbox.drain('control') AS delivered;
+SELECT outbox.drain('control') AS delivered;
+SELECT string_agg(object::text, ',' ORDER BY n) AS delivered FROM depth_delivered;
+RESET outbox.drain_batch_size;
+
 -- Bad settings.
 SET outbox.drain_batch_size = 0;
 SET outbox.drain_batch_size = 1000001;

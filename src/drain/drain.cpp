@@ -90,6 +90,17 @@ bool subtransactions_left() {
 
 namespace {
 
+// pg::spi_run, leaving the caller's memory context current (SPI leaves its
+// procedure context current, which SPI_finish frees: what a batch allocates
+// belongs in the batch's own context).
+uint64 spi(const char *what, const char *sql, int nargs, Oid *types, Datum *values, bool read_only,
+           int expected) {
+    MemoryContext caller = CurrentMemoryContext;
+    uint64 n = pg::spi_run(what, sql, nargs, types, values, nullptr, read_only, 0, expected);
+    MemoryContextSwitchTo(caller);
+    return n;
+}
+
 // A row as it is now, found from the ctid it was read at.
 struct RowNow {
     bool present;
@@ -191,14 +202,14 @@ void skip_failed_since_read(DrainBatch *batch) {
         // committed before them is seen, whatever the isolation level.
         PushActiveSnapshot(GetLatestSnapshot());
         uint64 found =
-            pg::spi_run("looking up shard errors",
-                        "SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin"
-                        " FROM outbox.shard_errors e JOIN ROWS FROM (pg_catalog.unnest($2), "
-                        "pg_catalog.unnest($3),"
-                        " pg_catalog.unnest($4)) k (s, i, c)"
-                        " ON e.shard_scope = k.s AND e.shard_identifier = k.i AND e.cell_name = k.c"
-                        " WHERE e.silo = $1",
-                        4, types, args, nullptr, true, 0, SPI_OK_SELECT);
+            spi("looking up shard errors",
+                "SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin"
+                " FROM outbox.shard_errors e JOIN ROWS FROM (pg_catalog.unnest($2), "
+                "pg_catalog.unnest($3),"
+                " pg_catalog.unnest($4)) k (s, i, c)"
+                " ON e.shard_scope = k.s AND e.shard_identifier = k.i AND e.cell_name = k.c"
+                " WHERE e.silo = $1",
+                4, types, args, true, SPI_OK_SELECT);
         PopActiveSnapshot();
         for (uint64 r = 0; r < found; r++) {
             HeapTuple tuple = SPI_tuptable->vals[r];
@@ -460,13 +471,12 @@ void back_off_rows(Oid partition, const ItemPointerData *tids, int n) {
         return;
     Oid types[1] = {TIDARRAYOID};
     Datum args[1] = {tid_array(tids, n)};
-    pg::spi_run(
-        "backing off a shard",
+    spi("backing off a shard",
         psprintf("UPDATE %s SET %s WHERE ctid = ANY ($1)",
                  quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
                                             get_rel_name(partition)),
                  back_off_set),
-        1, types, args, nullptr, false, 0, SPI_OK_UPDATE);
+        1, types, args, false, SPI_OK_UPDATE);
 }
 
 // The shard's rows after the last one drain_shard() saw.
@@ -476,14 +486,13 @@ void back_off_rest(const DrainSegment *segment, int64 after_id) {
     Datum args[4] = {Int32GetDatum(shard->shard_scope), Int64GetDatum(shard->shard_identifier),
                      Int64GetDatum(after_id),
                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
-    pg::spi_run(
-        "backing off a shard",
+    spi("backing off a shard",
         psprintf(
             "UPDATE %s SET %s WHERE shard_scope = $1 AND shard_identifier = $2 AND id > $3%s",
             quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
                                        get_rel_name(segment->partition)),
             back_off_set, shard->cell_name ? " AND cell_name = $4" : ""),
-        shard->cell_name ? 4 : 3, types, args, nullptr, false, 0, SPI_OK_UPDATE);
+        shard->cell_name ? 4 : 3, types, args, false, SPI_OK_UPDATE);
 }
 
 void record_error(const ShardKey *shard, const Message *failed, const char *error) {
@@ -495,8 +504,7 @@ void record_error(const ShardKey *shard, const Message *failed, const char *erro
                      CStringGetTextDatum(error),
                      Int32GetDatum(failed->category),
                      Int64GetDatum(failed->object_identifier)};
-    pg::spi_run(
-        "recording a shard's error",
+    spi("recording a shard's error",
         "INSERT INTO outbox.shard_errors AS e (silo, shard_scope, shard_identifier, cell_name,"
         " attempts, last_error, last_error_at, category, object_identifier)"
         " VALUES ($1, $2, $3, $4, 1, $5, now(), $6, $7)"
@@ -504,7 +512,7 @@ void record_error(const ShardKey *shard, const Message *failed, const char *erro
         " attempts = e.attempts + 1, last_error = excluded.last_error,"
         " last_error_at = excluded.last_error_at, category = excluded.category,"
         " object_identifier = excluded.object_identifier",
-        7, types, args, nullptr, false, 0, SPI_OK_INSERT);
+        7, types, args, false, SPI_OK_INSERT);
 }
 
 void clear_error(const ShardKey *shard) {
@@ -512,10 +520,10 @@ void clear_error(const ShardKey *shard) {
     Datum args[4] = {CStringGetTextDatum(silo_text(shard->silo)), Int32GetDatum(shard->shard_scope),
                      Int64GetDatum(shard->shard_identifier),
                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
-    pg::spi_run("clearing a shard's error",
-                "DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
-                " AND shard_identifier = $3 AND cell_name = $4",
-                4, types, args, nullptr, false, 0, SPI_OK_DELETE);
+    spi("clearing a shard's error",
+        "DELETE FROM outbox.shard_errors WHERE silo = $1 AND shard_scope = $2"
+        " AND shard_identifier = $3 AND cell_name = $4",
+        4, types, args, false, SPI_OK_DELETE);
 }
 
 // Runs the handlers of the messages, in order, under savepoints (drain.hpp,

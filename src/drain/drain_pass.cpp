@@ -109,6 +109,10 @@ void drop_store(DrainPass *pass) {
 // shard's earliest scheduled_for, and the rows come sorted by shard and id
 // (the window's sort is the query's).
 bool read_next_partition(DrainPass *pass) {
+    // SPI's cursor calls leave SPI's procedure context current: the caller's
+    // (the batch's) must be current again on the way out, or what the caller
+    // allocates next would be freed with SPI's at the end of the call.
+    MemoryContext caller = CurrentMemoryContext;
     drop_store(pass);
     const Registry *registry = registry_get();
     for (;;) {
@@ -175,6 +179,7 @@ bool read_next_partition(DrainPass *pass) {
     AtEOXact_GUC(true, level);
     PopActiveSnapshot();
     pass->partition_filenode = partition_filenode(pass->partition_relid);
+    MemoryContextSwitchTo(caller);
     return true;
 }
 
