@@ -22,7 +22,7 @@ REGRESS_OPTS = --inputdir=. --load-extension=pg_outbox
 
 PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
 PG_CPPFLAGS = -Isrc
-PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Werror -Wno-register -Wno-missing-field-initializers -fno-omit-frame-pointer
+PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Werror -Wno-register -Wno-missing-field-initializers -fno-omit-frame-pointer
 SHLIB_LINK = -lhiredis -lstdc++
 
 # make SANITIZE=1: AddressSanitizer and UndefinedBehaviorSanitizer in the
@@ -52,6 +52,11 @@ extension/pg_outbox--0.4.0.sql: extension/pg_outbox--0.3.0.sql extension/pg_outb
 extension/pg_outbox--0.5.0.sql: extension/pg_outbox--0.4.0.sql extension/pg_outbox--0.4.0--0.5.0.sql
 $(RELEASED_SCRIPTS):
 	cat $^ >$@
+
+# The one list of sources: CMakeLists.txt checks that its glob finds these.
+.PHONY: print-sources
+print-sources:
+	@echo $(SRCS)
 
 .PHONY: format
 format:
