@@ -1,25 +1,12 @@
 #include "capture/outbox_writer.hpp"
 
+#include "registry/outbox_layout.hpp"
+
 #include "stats/stats.hpp"
 
 namespace pgoutbox {
 
 namespace {
-
-// Column order of outbox.cell_outbox; control_outbox appends cell_name.
-enum OutboxColumn {
-    COL_ID,
-    COL_SHARD_SCOPE,
-    COL_SHARD_IDENTIFIER,
-    COL_CATEGORY,
-    COL_OBJECT_IDENTIFIER,
-    COL_PAYLOAD,
-    COL_SCHEDULED_FROM,
-    COL_SCHEDULED_FOR,
-    COL_DATE_ADDED,
-    COL_CELL_NAME,
-    COL_COUNT
-};
 
 // Rows buffered per partition before a multi-insert.
 constexpr int batch_rows = 1000;
@@ -100,8 +87,8 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
             (PartitionBuffer *)palloc0(sizeof(PartitionBuffer) * table->nremainders);
     }
 
-    Datum values[COL_COUNT];
-    bool nulls[COL_COUNT] = {false};
+    Datum values[OUTBOX_CELL_NAME + 1];
+    bool nulls[OUTBOX_CELL_NAME + 1] = {false};
     TimestampTz now = GetCurrentTransactionStartTimestamp();
     // One nextval reserves a block of ids (the sequence increments by
     // id_block).  Ids still follow the order of changes to an object: two
@@ -119,26 +106,22 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
         writer->counted_rows = 0;
     }
     writer->counted_rows++;
-    values[COL_ID] = Int64GetDatum(writer->next_id[silo]++);
+    values[OUTBOX_ID] = Int64GetDatum(writer->next_id[silo]++);
     writer->ids_left[silo]--;
-    values[COL_SHARD_SCOPE] = Int32GetDatum(row->shard_scope);
-    values[COL_SHARD_IDENTIFIER] = Int64GetDatum(row->shard_identifier);
-    values[COL_CATEGORY] = Int32GetDatum(row->category);
-    values[COL_OBJECT_IDENTIFIER] = Int64GetDatum(row->object_identifier);
-    values[COL_PAYLOAD] = row->payload;
-    nulls[COL_PAYLOAD] = row->payload == (Datum)0;
-    values[COL_SCHEDULED_FROM] = TimestampTzGetDatum(now);
-    values[COL_SCHEDULED_FOR] = TimestampTzGetDatum(now);
-    values[COL_DATE_ADDED] = TimestampTzGetDatum(now);
+    values[OUTBOX_SHARD_SCOPE] = Int32GetDatum(row->shard_scope);
+    values[OUTBOX_SHARD_IDENTIFIER] = Int64GetDatum(row->shard_identifier);
+    values[OUTBOX_CATEGORY] = Int32GetDatum(row->category);
+    values[OUTBOX_OBJECT_IDENTIFIER] = Int64GetDatum(row->object_identifier);
+    values[OUTBOX_PAYLOAD] = row->payload;
+    nulls[OUTBOX_PAYLOAD] = row->payload == (Datum)0;
+    values[OUTBOX_SCHEDULED_FROM] = TimestampTzGetDatum(now);
+    values[OUTBOX_SCHEDULED_FOR] = TimestampTzGetDatum(now);
+    values[OUTBOX_DATE_ADDED] = TimestampTzGetDatum(now);
     if (which == Silo::Control)
-        values[COL_CELL_NAME] = CStringGetTextDatum(row->cell_name);
+        values[OUTBOX_CELL_NAME] = CStringGetTextDatum(row->cell_name);
 
     // Route to the hash partition of shard_identifier, as PostgreSQL would.
-    bool key_null = false;
-    uint64 hash = compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
-                                               const_cast<Oid *>(&table->hash_collation),
-                                               &values[COL_SHARD_IDENTIFIER], &key_null);
-    int remainder = (int)(hash % (uint64)table->nremainders);
+    int remainder = outbox_remainder(table, row->shard_identifier);
     PartitionBuffer *buffer = &writer->buffers[silo][remainder];
     // Slots are made as the buffer grows: a one-row statement makes one.
     if (buffer->slots == nullptr)

@@ -5,6 +5,7 @@
 
 #include "pg/guard.hpp"
 #include "pg/run_as.hpp"
+#include "registry/outbox_layout.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 
@@ -26,14 +27,6 @@ namespace pgoutbox {
 int drain_batch_size = 10000;
 
 namespace {
-
-// Attribute numbers of an outbox row (pg_outbox--*.sql, "Outbox storage").
-enum OutboxAttribute {
-    OA_ID = 1,
-    OA_PAYLOAD = 6,
-    OA_SCHEDULED_FROM = 7,
-    OA_SCHEDULED_FOR = 8,
-};
 
 const char *silo_text(Silo silo) {
     return silo == Silo::Cell ? "cell" : "control";
@@ -68,12 +61,7 @@ Oid shard_partition(const ShardKey *shard) {
     const Registry *registry = registry_get();
     const OutboxTable *table =
         shard->silo == Silo::Cell ? &registry->cell_outbox : &registry->control_outbox;
-    Datum key = Int64GetDatum(shard->shard_identifier);
-    bool key_null = false;
-    uint64 hash =
-        compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
-                                     const_cast<Oid *>(&table->hash_collation), &key, &key_null);
-    return table->by_remainder[hash % (uint64)table->nremainders].relid;
+    return table->by_remainder[outbox_remainder(table, shard->shard_identifier)].relid;
 }
 
 Oid partition_filenode(Oid partition) {
@@ -146,16 +134,19 @@ bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now
             fetched = table_tuple_fetch_row_version(rel, &tid, snapshot, slot);
         }
         bool isnull;
-        if (!fetched || DatumGetInt64(slot_getattr(slot, OA_ID, &isnull)) != row->id)
+        if (!fetched ||
+            DatumGetInt64(slot_getattr(slot, outbox_attnum(OUTBOX_ID), &isnull)) != row->id)
             continue;
-        TimestampTz from = DatumGetTimestampTz(slot_getattr(slot, OA_SCHEDULED_FROM, &isnull));
-        TimestampTz until = DatumGetTimestampTz(slot_getattr(slot, OA_SCHEDULED_FOR, &isnull));
+        TimestampTz from =
+            DatumGetTimestampTz(slot_getattr(slot, outbox_attnum(OUTBOX_SCHEDULED_FROM), &isnull));
+        TimestampTz until =
+            DatumGetTimestampTz(slot_getattr(slot, outbox_attnum(OUTBOX_SCHEDULED_FOR), &isnull));
         if (until != row->scheduled_for && until > now)
             unchanged = false;
         found->present = true;
         found->ctid = slot->tts_tid;
         found->backed_off = until > from;
-        Datum payload = slot_getattr(slot, OA_PAYLOAD, &isnull);
+        Datum payload = slot_getattr(slot, outbox_attnum(OUTBOX_PAYLOAD), &isnull);
         found->payload = isnull ? (Datum)0 : PointerGetDatum(PG_DETOAST_DATUM_COPY(payload));
     }
     table_endscan(scan);

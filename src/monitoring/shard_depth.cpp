@@ -13,6 +13,7 @@
 // errors unwind through it freely.
 #include "pg/guard.hpp"
 #include "pg/run_as.hpp"
+#include "registry/outbox_layout.hpp"
 #include "registry/table_meta.hpp"
 
 #include <algorithm>
@@ -25,9 +26,6 @@ extern "C" {
 namespace pgoutbox {
 
 namespace {
-
-// Column numbers (0-based) of both outboxes; control_outbox adds cell_name.
-enum { COL_SCOPE = 1, COL_SHARD = 2, COL_SCHEDULED_FOR = 7, COL_DATE_ADDED = 8, COL_CELL = 9 };
 
 struct ShardKey {
     int64 identifier;
@@ -140,18 +138,20 @@ void scan_partition(Oid relid, bool control, ShardTable *shards, Cells *cells) {
     Relation rel = table_open(relid, AccessShareLock);
     TableScanDesc scan = table_beginscan(rel, GetActiveSnapshot(), 0, nullptr);
     TupleTableSlot *slot = table_slot_create(rel, nullptr);
-    int natts = control ? COL_CELL + 1 : COL_DATE_ADDED + 1;
+    int natts = outbox_natts(control);
     uint32 n = 0;
     while (table_scan_getnextslot(scan, ForwardScanDirection, slot)) {
         if ((++n & 1023) == 0)
             CHECK_FOR_INTERRUPTS();
         slot_getsomeattrs(slot, natts);
         const Datum *values = slot->tts_values;
-        ShardKey key = {DatumGetInt64(values[COL_SHARD]), DatumGetInt32(values[COL_SCOPE]),
-                        control ? cell_index(cells, DatumGetTextPP(values[COL_CELL]), true) : -1};
+        ShardKey key = {DatumGetInt64(values[OUTBOX_SHARD_IDENTIFIER]),
+                        DatumGetInt32(values[OUTBOX_SHARD_SCOPE]),
+                        control ? cell_index(cells, DatumGetTextPP(values[OUTBOX_CELL_NAME]), true)
+                                : -1};
         Shard *shard = table_enter(shards, key);
-        TimestampTz added = DatumGetTimestampTz(values[COL_DATE_ADDED]);
-        TimestampTz scheduled = DatumGetTimestampTz(values[COL_SCHEDULED_FOR]);
+        TimestampTz added = DatumGetTimestampTz(values[OUTBOX_DATE_ADDED]);
+        TimestampTz scheduled = DatumGetTimestampTz(values[OUTBOX_SCHEDULED_FOR]);
         if (shard->depth++ == 0) {
             shard->oldest_added = added;
             shard->next_scheduled = scheduled;

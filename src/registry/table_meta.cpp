@@ -1,4 +1,6 @@
 #include "registry/table_meta.hpp"
+
+#include "registry/outbox_layout.hpp"
 #include "pg/guard.hpp"
 
 #include "pg/run_as.hpp"
@@ -53,6 +55,15 @@ bool in_outbox_table(const OutboxTable *table, Oid relid) {
 }
 
 } // namespace
+
+int outbox_remainder(const OutboxTable *table, int64 shard_identifier) {
+    Datum key = Int64GetDatum(shard_identifier);
+    bool key_null = false;
+    uint64 hash =
+        compute_partition_hash_value(1, const_cast<FmgrInfo *>(&table->hash_function),
+                                     const_cast<Oid *>(&table->hash_collation), &key, &key_null);
+    return (int)(hash % (uint64)table->nremainders);
+}
 
 bool is_outbox_relation(const Registry *registry, Oid relid) {
     return in_outbox_table(&registry->cell_outbox, relid) ||
@@ -166,7 +177,8 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
     if (rel->rd_rel->relkind != RELKIND_PARTITIONED_TABLE)
         storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
     PartitionKey key = RelationGetPartitionKey(rel);
-    if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 || key->partattrs[0] != 3 ||
+    if (key->strategy != PARTITION_STRATEGY_HASH || key->partnatts != 1 ||
+        key->partattrs[0] != outbox_attnum(OUTBOX_SHARD_IDENTIFIER) ||
         RelationGetDescr(rel)->natts != expected_natts)
         storage_altered(name, "The outbox must be partitioned by hash of shard_identifier.");
     fmgr_info_copy(&table->hash_function, &key->partsupfunc[0], CurrentMemoryContext);
@@ -241,8 +253,10 @@ const Registry *registry_get() {
     fresh->registry_relid = get_relname_relid("registered_tables", nsp);
     fresh->cells_relid = get_relname_relid("cells", nsp);
     fresh->handlers_relid = get_relname_relid("handlers", nsp);
-    load_outbox_table(&fresh->cell_outbox, "cell_outbox", "cell_outbox_id_seq", 9);
-    load_outbox_table(&fresh->control_outbox, "control_outbox", "control_outbox_id_seq", 10);
+    load_outbox_table(&fresh->cell_outbox, "cell_outbox", "cell_outbox_id_seq",
+                      outbox_natts(false));
+    load_outbox_table(&fresh->control_outbox, "control_outbox", "control_outbox_id_seq",
+                      outbox_natts(true));
     MemoryContextSwitchTo(old);
     load_cells_and_handlers(fresh);
 

@@ -86,6 +86,10 @@ struct Registry {
 
 bool is_outbox_relation(const Registry *registry, Oid relid);
 
+// The hash remainder (index into by_remainder) of a shard: the partition
+// PostgreSQL would route its rows to, as capture and draining both do.
+int outbox_remainder(const OutboxTable *table, int64 shard_identifier);
+
 // Valid to the end of the transaction.
 const Registry *registry_get();
 const TableMeta *table_meta_get(Relation rel);
