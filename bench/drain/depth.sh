@@ -26,46 +26,7 @@ cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = on" \
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
 ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 
-q >/dev/null <<'SQL'
-CREATE EXTENSION pg_outbox;
-CREATE EXTENSION pgq;
-SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
-SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
-CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
-SELECT outbox.register_handler('MEMBER_UPDATE', 'noop(outbox.message)');
-CREATE PROCEDURE drain_all(INOUT n bigint DEFAULT 0) LANGUAGE plpgsql AS $$
-DECLARE
-    got bigint;
-BEGIN
-    n := 0;
-    LOOP
-        got := outbox.drain('cell');
-        EXIT WHEN got = 0;
-        n := n + got;
-        COMMIT;
-    END LOOP;
-END $$;
-SELECT pgq.create_queue('bench');
-SELECT pgq.register_consumer('bench', 'c');
-CREATE FUNCTION noop_event(ev_id bigint, ev_data text) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
-CREATE FUNCTION pgq_consume() RETURNS bigint LANGUAGE plpgsql AS $$
-DECLARE
-    batch bigint;
-    ev record;
-    n bigint := 0;
-BEGIN
-    LOOP
-        batch := pgq.next_batch('bench', 'c');
-        EXIT WHEN batch IS NULL;
-        FOR ev IN SELECT * FROM pgq.get_batch_events(batch) LOOP
-            PERFORM noop_event(ev.ev_id, ev.ev_data);
-            n := n + 1;
-        END LOOP;
-        PERFORM pgq.finish_batch(batch);
-    END LOOP;
-    RETURN n;
-END $$;
-SQL
+q -f "$root/bench/drain/setup.sql" >/dev/null
 
 # rows distinct objects spread over shards, written in the order an
 # application would (shards interleaved).
