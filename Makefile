@@ -7,18 +7,28 @@ OBJS = $(SRCS:.cpp=.o)
 HDRS := $(wildcard src/*.hpp src/*/*.hpp)
 
 MODULEDIR = extension
-# Full install scripts of the released versions, as released: each is the
-# one before it plus its upgrade script, so CREATE EXTENSION ... VERSION
-# installs a version from a script of its own (test/integration/upgrade.sh
-# upgrades each to the newest and compares it with a fresh install of
-# pg_outbox--<newest>.sql, which is written in full by hand).
-RELEASED_SCRIPTS = extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.3.0.sql \
-                   extension/pg_outbox--0.4.0.sql extension/pg_outbox--0.5.0.sql
-DATA = extension/pg_outbox.control \
-       $(sort $(wildcard extension/pg_outbox--*.sql) $(RELEASED_SCRIPTS))
+# The SQL (README, "Layout"): extension/released/ keeps the scripts of the
+# released versions as they shipped; the full script of each released version
+# is the one before it plus its upgrade script.  The current version is
+# extension/tables/*.sql (run once, by CREATE EXTENSION) followed by
+# extension/functions/*.sql (CREATE OR REPLACE, run again by every upgrade);
+# its upgrade script is extension/upgrade/<released>--<current>.sql followed
+# by the same extension/functions/*.sql.  All of them are written into
+# extension/ by make; test/integration/upgrade.sh checks that each released
+# version, upgraded, equals a fresh install.
+RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0
+EXT_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pg_outbox.control)
+LAST_RELEASED := $(lastword $(RELEASED))
+TABLES_SQL := $(sort $(wildcard extension/tables/*.sql))
+FUNCTIONS_SQL := $(sort $(wildcard extension/functions/*.sql))
+RELEASED_UPGRADES := $(sort $(wildcard extension/released/pg_outbox--*--*.sql))
+GENERATED_SQL = $(foreach v,$(RELEASED) $(EXT_VERSION),extension/pg_outbox--$(v).sql) \
+                extension/pg_outbox--$(LAST_RELEASED)--$(EXT_VERSION).sql
+DATA = extension/pg_outbox.control $(RELEASED_UPGRADES) $(GENERATED_SQL)
+EXTRA_CLEAN = $(GENERATED_SQL)
 
-REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
-REGRESS_OPTS = --inputdir=. --load-extension=pg_outbox
+REGRESS = $(patsubst test/regress/sql/%.sql,%,$(sort $(wildcard test/regress/sql/*.sql)))
+REGRESS_OPTS = --inputdir=test/regress --load-extension=pg_outbox
 
 PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
 PG_CPPFLAGS = -Isrc
@@ -45,12 +55,20 @@ override CPPFLAGS := $(patsubst -I%server,-isystem %server,$(CPPFLAGS))
 # PGXS tracks no header dependencies.
 $(OBJS): $(HDRS)
 
-all: $(RELEASED_SCRIPTS)
-extension/pg_outbox--0.2.0.sql: extension/pg_outbox--0.1.0.sql extension/pg_outbox--0.1.0--0.2.0.sql
-extension/pg_outbox--0.3.0.sql: extension/pg_outbox--0.2.0.sql extension/pg_outbox--0.2.0--0.3.0.sql
-extension/pg_outbox--0.4.0.sql: extension/pg_outbox--0.3.0.sql extension/pg_outbox--0.3.0--0.4.0.sql
-extension/pg_outbox--0.5.0.sql: extension/pg_outbox--0.4.0.sql extension/pg_outbox--0.4.0--0.5.0.sql
-$(RELEASED_SCRIPTS):
+all: $(GENERATED_SQL)
+extension/pg_outbox--0.1.0.sql: extension/released/pg_outbox--0.1.0.sql
+	cp $< $@
+# extension/pg_outbox--<v>.sql: the full script of v before it, then the
+# released upgrade script to v.
+define released_full
+extension/pg_outbox--$(2).sql: extension/pg_outbox--$(1).sql extension/released/pg_outbox--$(1)--$(2).sql
+	cat $$^ >$$@
+endef
+RELEASED_STEPS := $(join $(addsuffix :,$(wordlist 2,$(words $(RELEASED)),x $(RELEASED))),$(wordlist 2,99,$(RELEASED)))
+$(foreach step,$(RELEASED_STEPS),$(eval $(call released_full,$(word 1,$(subst :, ,$(step))),$(word 2,$(subst :, ,$(step))))))
+extension/pg_outbox--$(EXT_VERSION).sql: $(TABLES_SQL) $(FUNCTIONS_SQL)
+	cat $^ >$@
+extension/pg_outbox--$(LAST_RELEASED)--$(EXT_VERSION).sql: extension/upgrade/$(LAST_RELEASED)--$(EXT_VERSION).sql $(FUNCTIONS_SQL)
 	cat $^ >$@
 
 # The one list of sources: CMakeLists.txt checks that its glob finds these.

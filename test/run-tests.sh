@@ -2,7 +2,7 @@
 # Runs every test of pg_outbox against a throwaway PostgreSQL cluster (which
 # preloads pg_outbox) and a throwaway Redis:
 #   1. unit tests of pure C++ logic (CMake + GoogleTest, through ctest);
-#   2. pg_regress: sql/*.sql against expected/*.out;
+#   2. pg_regress: test/regress/sql/*.sql against test/regress/expected/*.out;
 #   3. pgTAP: test/pgtap/*.sql through pg_prove;
 #   4. integration scripts: test/integration/*.sh (their own clusters).
 # Works as root (servers then run as the OS user "postgres") or as a normal
@@ -43,11 +43,11 @@ cluster_start || { echo "0 passed, 1 failed"; exit 1; }
 
 regress_out=$(mktemp -d)
 [[ $(id -u) == 0 ]] && chown postgres: "$regress_out"
-tests=$(cd "$root/sql" && ls *.sql | sed 's/\.sql$//')
-# From the root: tests include shared scenarios from test/sql/.
+tests=$(cd "$root/test/regress/sql" && ls *.sql | sed 's/\.sql$//')
+# From the root: tests include shared scenarios from test/scenarios/.
 cd "$root"
 "$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
-    --inputdir="$root" --outputdir="$regress_out" --host="$PGHOST" --port="$PGPORT" \
+    --inputdir="$root/test/regress" --outputdir="$regress_out" --host="$PGHOST" --port="$PGPORT" \
     --user=postgres --load-extension=pg_outbox --dbname=regression $tests >"$regress_out/run.log" 2>&1
 regress_rc=$?
 grep -E '^(test|ok|not ok) ' "$regress_out/run.log" || cat "$regress_out/run.log"

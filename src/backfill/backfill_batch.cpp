@@ -12,11 +12,12 @@
 //
 // Written without C++ objects that own resources around PostgreSQL calls:
 // errors unwind through it freely.
-#include "backfill/batch_plan.hpp"
+#include "backfill/backfill_batch.hpp"
+
 #include "capture/outbox_rows.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 #include "stats/stats.hpp"
 
 extern "C" {
@@ -33,7 +34,7 @@ struct Registration {
     int32 coded_version;
     int32 target_version;
     bool has_target_cells; // the target_cells option is a list
-    int ntarget_cells;
+    int ntarget_cells;     // outbox.target_cells(tbl): registered cells only
     char **target_cells;
 };
 
@@ -44,8 +45,8 @@ Registration load_registration(Oid relid, bool force_synchronous) {
     pg::spi_run("reading the registration",
                 "SELECT r.table_key, r.category, r.replication_version,"
                 " outbox.find_replication_version(r.relid, $2),"
-                " CASE WHEN pg_catalog.jsonb_typeof(o.cells) = 'array'"
-                "  THEN ARRAY(SELECT pg_catalog.jsonb_array_elements_text(o.cells)) END"
+                " pg_catalog.jsonb_typeof(o.cells) OPERATOR(pg_catalog.=) 'array',"
+                " outbox.target_cells(r.relid)"
                 " FROM outbox._registered($1) r,"
                 " LATERAL (SELECT outbox.get_option('outbox_replication.' OPERATOR(pg_catalog.||)"
                 "  r.table_key OPERATOR(pg_catalog.||) '.backfill.target_cells') AS cells) o",
@@ -60,46 +61,32 @@ Registration load_registration(Oid relid, bool force_synchronous) {
     reg.category = DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull));
     reg.coded_version = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
     reg.target_version = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
-    Datum cells = SPI_getbinval(row, desc, 5, &isnull);
-    reg.has_target_cells = !isnull;
-    reg.ntarget_cells = 0;
-    reg.target_cells = nullptr;
-    if (!isnull) {
-        Datum *items;
-        bool *nulls;
-        deconstruct_array(DatumGetArrayTypeP(cells), TEXTOID, -1, false, TYPALIGN_INT, &items,
-                          &nulls, &reg.ntarget_cells);
-        reg.target_cells = (char **)palloc(sizeof(char *) * Max(reg.ntarget_cells, 1));
-        for (int i = 0; i < reg.ntarget_cells; i++)
-            reg.target_cells[i] = TextDatumGetCString(items[i]);
-    }
+    Datum listed = SPI_getbinval(row, desc, 5, &isnull);
+    reg.has_target_cells = !isnull && DatumGetBool(listed);
+    Datum *items;
+    bool *nulls;
+    deconstruct_array(DatumGetArrayTypeP(SPI_getbinval(row, desc, 6, &isnull)), TEXTOID, -1, false,
+                      TYPALIGN_INT, &items, &nulls, &reg.ntarget_cells);
+    reg.target_cells = (char **)palloc(sizeof(char *) * Max(reg.ntarget_cells, 1));
+    for (int i = 0; i < reg.ntarget_cells; i++)
+        reg.target_cells[i] = TextDatumGetCString(items[i]);
     return reg;
 }
 
 // Where the control rows of the batch go: a table without a cell column
-// fans out to the registered cells (only those in target_cells, when set);
-// a table with one writes each row for its cell, and only for the cells in
-// target_cells, when set.  No cell registered is an ERROR, as for capture.
+// fans out to outbox.target_cells(tbl); a table with one writes each row for
+// its cell, and, when the target_cells option is set, only for those cells.
+// No cell registered is an ERROR, as for capture.
 CellTargets backfill_targets(const TableMeta *meta, const Registration &reg) {
     if (meta->cell_attnum != InvalidAttrNumber)
         return CellTargets{reg.ntarget_cells, reg.target_cells, reg.has_target_cells};
-    const Registry *registry = registry_get();
-    if (registry->ncells == 0)
+    if (registry_get()->ncells == 0)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("no cell is registered: control table %s has no cell to be "
                                "backfilled to",
                                meta->relname),
                         errhint("Register the cells with outbox.register_cell(name).")));
-    auto **cells = (const char **)palloc(sizeof(char *) * registry->ncells);
-    int n = 0;
-    for (int i = 0; i < registry->ncells; i++) {
-        bool wanted = !reg.has_target_cells;
-        for (int j = 0; j < reg.ntarget_cells && !wanted; j++)
-            wanted = strcmp(reg.target_cells[j], registry->cells[i]) == 0;
-        if (wanted)
-            cells[n++] = pstrdup(registry->cells[i]);
-    }
-    return CellTargets{n, cells, true};
+    return CellTargets{reg.ntarget_cells, reg.target_cells, true};
 }
 
 char *qualified_name(Relation rel) {
@@ -204,11 +191,58 @@ int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &target
 
 } // namespace
 
+bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, BatchPlan *plan,
+                    int64 *written) {
+    // Locked before anything is read of it, and to the end of the
+    // transaction: a concurrent DROP waits, or has already happened.
+    Relation rel = try_relation_open(relid, AccessShareLock);
+    if (rel == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("tbl: relation with OID %u does not exist", relid)));
+
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    Registration reg = load_registration(relid, force_synchronous);
+    Cursor cursor = cursor_read(reg.table_key);
+    pg::run_as_end(&scope);
+    std::optional<Cursor> start = batch_start(cursor, reg.target_version);
+    if (!start) {
+        SPI_finish();
+        relation_close(rel, NoLock);
+        return false;
+    }
+    const TableMeta *meta = table_meta_get(rel);
+    CellTargets targets =
+        meta->silo == Silo::Control ? backfill_targets(meta, reg) : CellTargets{0, nullptr, true};
+    char *table = qualified_name(rel);
+
+    pg::refuse_forced_row_security(rel);
+    pg::RunAs as_owner;
+    pg::run_as_table_owner(&as_owner, rel);
+    int64 smallest;
+    bool has_rows = min_id(table, &smallest);
+    int64 low =
+        clamp_lower(start->lower_bound, has_rows ? std::optional<int64_t>(smallest) : std::nullopt);
+    int64 up = has_rows ? upper_id(table, low, (int64)batch_size + 1) : 0;
+    *plan = finish_plan(low, start->version, up, reg.coded_version);
+    *written = plan->count > 0 && has_rows
+                   ? write_range(rel, meta, targets, table, plan->low, plan->up)
+                   : 0;
+    pg::run_as_end(&as_owner);
+
+    cursor_write(reg.table_key, plan->next);
+    stats_count_backfill(reg.category, *written);
+    SPI_finish();
+    relation_close(rel, NoLock);
+    return true;
+}
+
 } // namespace pgoutbox
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(process_backfill_batch) {
+OUTBOX_FUNCTION(outbox_process_backfill_batch) {
     if (PG_ARGISNULL(0))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("tbl must not be NULL")));
     if (PG_ARGISNULL(1))
@@ -228,49 +262,10 @@ OUTBOX_FUNCTION(process_backfill_batch) {
     if (get_call_result_type(fcinfo, nullptr, &result_desc) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "pg_outbox: process_backfill_batch must return outbox.backfill_batch");
     MemoryContext caller = CurrentMemoryContext;
-
-    // Locked before anything is read of it, and to the end of the
-    // transaction: a concurrent DROP waits, or has already happened.
-    Relation rel = try_relation_open(relid, AccessShareLock);
-    if (rel == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("tbl: relation with OID %u does not exist", relid)));
-
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    Registration reg = load_registration(relid, force_synchronous);
-    Cursor cursor = cursor_read(reg.table_key);
-    pg::run_as_end(&scope);
-    std::optional<Cursor> start = batch_start(cursor, reg.target_version);
-    if (!start) {
-        SPI_finish();
-        relation_close(rel, NoLock);
+    BatchPlan plan;
+    int64 written;
+    if (!backfill_batch(relid, batch_size, force_synchronous, &plan, &written))
         PG_RETURN_NULL();
-    }
-    const TableMeta *meta = table_meta_get(rel);
-    CellTargets targets =
-        meta->silo == Silo::Control ? backfill_targets(meta, reg) : CellTargets{0, nullptr, true};
-    char *table = qualified_name(rel);
-
-    pg::refuse_forced_row_security(rel);
-    pg::RunAs as_owner;
-    pg::run_as_table_owner(&as_owner, rel);
-    int64 smallest;
-    bool has_rows = min_id(table, &smallest);
-    int64 low =
-        clamp_lower(start->lower_bound, has_rows ? std::optional<int64_t>(smallest) : std::nullopt);
-    int64 up = has_rows ? upper_id(table, low, (int64)batch_size + 1) : 0;
-    BatchPlan plan = finish_plan(low, start->version, up, reg.coded_version);
-    int64 written =
-        plan.count > 0 && has_rows ? write_range(rel, meta, targets, table, plan.low, plan.up) : 0;
-    pg::run_as_end(&as_owner);
-
-    cursor_write(reg.table_key, plan.next);
-    stats_count_backfill(reg.category, written);
-    SPI_finish();
-    relation_close(rel, NoLock);
-
     MemoryContextSwitchTo(caller);
     Datum values[6] = {Int64GetDatum(plan.low),     Int64GetDatum(plan.up),
                        Int32GetDatum(plan.version), BoolGetDatum(plan.has_more),
@@ -283,7 +278,7 @@ OUTBOX_FUNCTION(process_backfill_batch) {
 // outbox.backfill_status (which pg_monitor members read): the smallest and
 // largest id, read as the table's owner like a batch; NULLs for an empty
 // table, or one dropped meanwhile.
-OUTBOX_FUNCTION(table_id_range) {
+OUTBOX_FUNCTION(outbox__table_id_range) {
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "pg_outbox: _table_id_range must return a composite");
@@ -293,19 +288,16 @@ OUTBOX_FUNCTION(table_id_range) {
     if (rel != nullptr) {
         char *table = qualified_name(rel);
         pg::refuse_forced_row_security(rel);
-        SPI_connect();
-        pg::RunAs as_owner;
-        pg::run_as_table_owner(&as_owner, rel);
-        pg::spi_run("reading the id range",
-                    psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
-                             " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
-                             table),
-                    0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT);
-        pg::run_as_end(&as_owner);
-        for (int i = 0; i < 2; i++)
-            values[i] =
-                SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, i + 1, &nulls[i]);
-        SPI_finish();
+        // int8 values are passed by value: they outlive the SPI connection.
+        pg::spi_run_as(pg::table_owner_role(rel), "reading the id range",
+                       psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
+                                " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
+                                table),
+                       0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                           for (int i = 0; i < 2; i++)
+                               values[i] = SPI_getbinval(SPI_tuptable->vals[0],
+                                                         SPI_tuptable->tupdesc, i + 1, &nulls[i]);
+                       });
         relation_close(rel, NoLock);
     }
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));

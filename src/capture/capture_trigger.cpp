@@ -129,7 +129,7 @@ TriggerData *trigger_data(FunctionCallInfo fcinfo, const char *function) {
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(capture_row) {
+OUTBOX_FUNCTION(outbox_capture_row) {
     TriggerData *td = trigger_data(fcinfo, "outbox.capture_row()");
     if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
@@ -156,7 +156,7 @@ OUTBOX_FUNCTION(capture_row) {
     return PointerGetDatum(nullptr);
 }
 
-OUTBOX_FUNCTION(capture_statement) {
+OUTBOX_FUNCTION(outbox_capture_statement) {
     TriggerData *td = trigger_data(fcinfo, "outbox.capture_statement()");
     if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_STATEMENT(td->tg_event) ||
         TRIGGER_FIRED_BY_TRUNCATE(td->tg_event))
@@ -200,11 +200,11 @@ OUTBOX_FUNCTION(capture_statement) {
 // outbox._in_logical_apply(): the WHEN condition of the row trigger.  True
 // in logical replication's apply worker, where statement triggers do not
 // fire; false in the table sync worker, whose COPY fires them.
-OUTBOX_FUNCTION(in_logical_apply) {
+OUTBOX_FUNCTION(outbox__in_logical_apply) {
     PG_RETURN_BOOL(IsLogicalWorker() && !am_tablesync_worker());
 }
 
-OUTBOX_FUNCTION(capture_truncate) {
+OUTBOX_FUNCTION(outbox_capture_truncate) {
     TriggerData *td = trigger_data(fcinfo, "outbox.capture_truncate()");
     if (!TRIGGER_FIRED_BY_TRUNCATE(td->tg_event) || !TRIGGER_FIRED_BEFORE(td->tg_event))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),

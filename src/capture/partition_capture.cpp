@@ -18,7 +18,7 @@ extern "C" {
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(capture_partition_rows) {
+OUTBOX_FUNCTION(outbox__capture_partition_rows) {
     if (PG_ARGISNULL(0) || PG_ARGISNULL(1))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                         errmsg("%s must not be NULL", PG_ARGISNULL(0) ? "rel" : "root")));

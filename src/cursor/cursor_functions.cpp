@@ -31,20 +31,20 @@ char *table_key_argument(FunctionCallInfo fcinfo) {
 
 } // namespace
 
-OUTBOX_FUNCTION(cursor_get) {
+OUTBOX_FUNCTION(outbox__cursor_get) {
     char *table_key = table_key_argument(fcinfo);
     Cursor cursor = cursor_read(table_key);
     return cursor_datum(fcinfo, &cursor);
 }
 
-OUTBOX_FUNCTION(cursor_peek) {
+OUTBOX_FUNCTION(outbox__cursor_peek) {
     char *table_key = table_key_argument(fcinfo);
     Cursor cursor;
     bool found = cursor_peek(table_key, &cursor);
     return cursor_datum(fcinfo, found ? &cursor : nullptr);
 }
 
-OUTBOX_FUNCTION(cursor_set) {
+OUTBOX_FUNCTION(outbox__cursor_set) {
     char *table_key = table_key_argument(fcinfo);
     if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
         ereport(ERROR,

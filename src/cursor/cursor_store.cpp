@@ -2,7 +2,7 @@
 
 #include "cursor/redis_client.hpp"
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 #include "settings.hpp"
 
 extern "C" {
@@ -198,40 +198,31 @@ Cursor parse_or_error(const char *where, const char *value) {
 
 // outbox.cursors, through SPI as the extension owner.
 bool table_read(const char *table_key, Cursor *cursor) {
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
     Oid argtypes[1] = {TEXTOID};
     Datum args[1] = {CStringGetTextDatum(table_key)};
-    bool found = pg::spi_run("reading a cursor",
-                             "SELECT lower_bound, version FROM outbox.cursors WHERE table_key = $1",
-                             1, argtypes, args, nullptr, false, 1, SPI_OK_SELECT) == 1;
-    pg::run_as_end(&scope);
-    if (found) {
+    auto read = [cursor](uint64 rows) {
+        if (rows == 0)
+            return;
         bool isnull;
         cursor->lower_bound =
             DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
         cursor->version =
             DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull));
-    }
-    SPI_finish();
-    return found;
+    };
+    return pg::spi_run_as(pg::extension_owner_role, "reading a cursor",
+                          "SELECT lower_bound, version FROM outbox.cursors WHERE table_key = $1", 1,
+                          argtypes, args, nullptr, false, 1, SPI_OK_SELECT, read) == 1;
 }
 
 void table_write(const char *table_key, const Cursor &cursor) {
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
     Oid argtypes[3] = {TEXTOID, INT8OID, INT4OID};
     Datum args[3] = {CStringGetTextDatum(table_key), Int64GetDatum(cursor.lower_bound),
                      Int32GetDatum(cursor.version)};
-    pg::spi_run("writing a cursor",
-                "INSERT INTO outbox.cursors AS c (table_key, lower_bound, version)"
-                " VALUES ($1, $2, $3) ON CONFLICT (table_key) DO UPDATE SET"
-                " lower_bound = excluded.lower_bound, version = excluded.version",
-                3, argtypes, args, nullptr, false, 0, SPI_OK_INSERT);
-    pg::run_as_end(&scope);
-    SPI_finish();
+    pg::spi_run_as(pg::extension_owner_role, "writing a cursor",
+                   "INSERT INTO outbox.cursors AS c (table_key, lower_bound, version)"
+                   " VALUES ($1, $2, $3) ON CONFLICT (table_key) DO UPDATE SET"
+                   " lower_bound = excluded.lower_bound, version = excluded.version",
+                   3, argtypes, args, nullptr, false, 0, SPI_OK_INSERT);
 }
 
 } // namespace

@@ -4,7 +4,7 @@
 #include "drain/drain.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 #include "registry/outbox_layout.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"

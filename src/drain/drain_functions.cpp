@@ -42,7 +42,7 @@ void end_session_pass() {
 
 } // namespace
 
-OUTBOX_FUNCTION(drain_shard) {
+OUTBOX_FUNCTION(outbox_drain_shard) {
     refuse_drain_in_handler("outbox.drain_shard()");
     Silo silo = silo_argument(fcinfo, 0);
     if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
@@ -74,7 +74,7 @@ OUTBOX_FUNCTION(drain_shard) {
     PG_RETURN_INT32((int32)stats.messages);
 }
 
-OUTBOX_FUNCTION(drain) {
+OUTBOX_FUNCTION(outbox_drain) {
     refuse_drain_in_handler("outbox.drain()");
     bool cell = true, control = true;
     if (!PG_ARGISNULL(0)) {
@@ -130,7 +130,7 @@ OUTBOX_FUNCTION(drain) {
 // outbox.compact_outbox(silo, force): compacts what is due now (force: every
 // partition with a file), in the caller's transaction; returns how many
 // partitions it compacted.
-OUTBOX_FUNCTION(compact_outbox) {
+OUTBOX_FUNCTION(outbox_compact_outbox) {
     bool cell = true, control = true;
     if (!PG_ARGISNULL(0)) {
         Silo silo = silo_argument(fcinfo, 0);

@@ -2,7 +2,7 @@
 // unwind through it.
 #include "drain/drain_pass.hpp"
 
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 
 extern "C" {
 #include "storage/proc.h"

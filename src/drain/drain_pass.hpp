@@ -2,7 +2,7 @@
 // batches (drain.hpp), at a cost per row that does not depend on how deep
 // the outbox is or how many shards it has.
 //
-// The outbox has no index (pg_outbox--0.5.0.sql, "Outbox storage"), so what
+// The outbox has no index (extension/tables/20_outbox.sql), so what
 // is due can only be found by reading it.  0.4.0 read the whole outbox twice
 // for every 1,000 shards it drained: quadratic in the depth.  A pass reads
 // each hash partition once, in a short transaction of its own (sorted by

@@ -12,7 +12,7 @@
 // Written without C++ objects that own resources around PostgreSQL calls:
 // errors unwind through it freely.
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 #include "registry/outbox_layout.hpp"
 #include "registry/table_meta.hpp"
 
@@ -184,6 +184,26 @@ struct ShardError {
     TimestampTz at;
 };
 
+// One row of outbox.shard_errors into errors, if its shard has rows.
+void read_error(HeapTuple row, TupleDesc desc, ShardTable *shards, Cells *cells, HTAB *errors,
+                MemoryContext context) {
+    bool isnull;
+    bool control = DatumGetBool(SPI_getbinval(row, desc, 1, &isnull));
+    ShardKey key = {DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull)),
+                    DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull)), -1};
+    if (control) {
+        key.cell = cell_index(cells, DatumGetTextPP(SPI_getbinval(row, desc, 4, &isnull)), false);
+        if (key.cell < 0)
+            return;
+    }
+    if (table_slot(shards, key)->depth == 0)
+        return;
+    auto *error = (ShardError *)hash_search(errors, &key, HASH_ENTER, nullptr);
+    error->attempts = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
+    error->message = MemoryContextStrdup(context, SPI_getvalue(row, desc, 6));
+    error->at = DatumGetTimestampTz(SPI_getbinval(row, desc, 7, &isnull));
+}
+
 // outbox.shard_errors is small (one row per failing shard); read through SPI
 // as the extension owner, since pg_monitor may call this.  Errors of shards
 // without rows are left out.
@@ -195,35 +215,15 @@ HTAB *read_errors(ShardTable *shards, Cells *cells, MemoryContext context) {
     ctl.hcxt = context;
     HTAB *errors =
         hash_create("pg_outbox shard errors", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    pg::spi_run("reading outbox.shard_errors",
-                "SELECT e.silo = 'control', e.shard_scope, e.shard_identifier, e.cell_name,"
-                " e.attempts, e.last_error, e.last_error_at FROM outbox.shard_errors e",
-                0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
-    pg::run_as_end(&scope);
-    for (uint64 i = 0; i < SPI_processed; i++) {
-        HeapTuple row = SPI_tuptable->vals[i];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        bool isnull;
-        bool control = DatumGetBool(SPI_getbinval(row, desc, 1, &isnull));
-        ShardKey key = {DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull)),
-                        DatumGetInt32(SPI_getbinval(row, desc, 2, &isnull)), -1};
-        if (control) {
-            key.cell =
-                cell_index(cells, DatumGetTextPP(SPI_getbinval(row, desc, 4, &isnull)), false);
-            if (key.cell < 0)
-                continue;
-        }
-        if (table_slot(shards, key)->depth == 0)
-            continue;
-        auto *error = (ShardError *)hash_search(errors, &key, HASH_ENTER, nullptr);
-        error->attempts = DatumGetInt32(SPI_getbinval(row, desc, 5, &isnull));
-        error->message = MemoryContextStrdup(context, SPI_getvalue(row, desc, 6));
-        error->at = DatumGetTimestampTz(SPI_getbinval(row, desc, 7, &isnull));
-    }
-    SPI_finish();
+    auto read = [&](uint64 rows) {
+        for (uint64 i = 0; i < rows; i++)
+            read_error(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, shards, cells, errors,
+                       context);
+    };
+    pg::spi_run_as(pg::extension_owner_role, "reading outbox.shard_errors",
+                   "SELECT e.silo = 'control', e.shard_scope, e.shard_identifier, e.cell_name,"
+                   " e.attempts, e.last_error, e.last_error_at FROM outbox.shard_errors e",
+                   0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT, read);
     return errors;
 }
 
@@ -263,7 +263,7 @@ using namespace pgoutbox;
 // when top is NULL); with_totals adds one row per silo, its shard columns
 // NULL as in a ROLLUP: depth is the silo's rows, attempts its failing
 // shards, shards its shards (1 on a shard's row).  One scan for metrics().
-OUTBOX_FUNCTION(shard_depth) {
+OUTBOX_FUNCTION(outbox__shard_depth) {
     int64 top = PG_ARGISNULL(0) ? PG_INT64_MAX : PG_GETARG_INT64(0);
     if (top < 0)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -1,5 +1,5 @@
 // SQL-callable checks behind the options and registry functions (the
-// functions themselves are SQL in pg_outbox--*.sql).
+// functions themselves are SQL in extension/functions/).
 #include "pg/guard.hpp"
 
 #include "options/option_key.hpp"
@@ -15,7 +15,7 @@ static std::string text_argument(FunctionCallInfo fcinfo, int n, const char *nam
 
 // outbox._option_kind(key text) RETURNS text: 'replication_version' or
 // 'target_cells'; ERROR for anything that is not an option key.
-OUTBOX_FUNCTION(option_kind) {
+OUTBOX_FUNCTION(outbox__option_kind) {
     std::string key = text_argument(fcinfo, 0, "key");
     std::optional<OptionKey> parsed = parse_option_key(key);
     if (!parsed)
@@ -29,7 +29,7 @@ OUTBOX_FUNCTION(option_kind) {
 }
 
 // outbox._valid_table_key(table_key text) RETURNS boolean
-OUTBOX_FUNCTION(valid_table_key) {
+OUTBOX_FUNCTION(outbox__valid_table_key) {
     std::string key = text_argument(fcinfo, 0, "table_key");
     PG_RETURN_BOOL(valid_table_key(key));
 }

@@ -25,7 +25,7 @@ struct Probe {
 
 } // namespace
 
-OUTBOX_FUNCTION(boundary_selftest) {
+OUTBOX_FUNCTION(outbox__boundary_selftest) {
     if (PG_ARGISNULL(0))
         throw pgoutbox::pg::SqlError(ERRCODE_NULL_VALUE_NOT_ALLOWED, "mode must not be NULL");
     std::string mode = text_to_cstring(PG_GETARG_TEXT_PP(0));

@@ -37,9 +37,4 @@ void run_as_end(RunAs *scope);
 // security (FORCE ROW LEVEL SECURITY): a policy would silently hide rows.
 void refuse_forced_row_security(Relation rel);
 
-// SPI_execute_with_args that raises an ERROR naming what unless SPI returns
-// expected; returns SPI_processed.  Runs inside SPI_connect.
-uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
-               const char *nulls, bool read_only, long limit, int expected);
-
 } // namespace pgoutbox::pg

@@ -1,4 +1,4 @@
-// The DDL guard's C side.  Event triggers (pg_outbox--0.5.0.sql): two in C,
+// The DDL guard's C side.  Event triggers (extension/functions/30_ddl_guard.sql): two in C,
 // here, and outbox._on_sql_drop() in SQL; the checks themselves are SQL
 // (outbox._guard_ddl, outbox._check_capture), run as the extension's owner.
 //
@@ -18,7 +18,7 @@
 #include "registry/ddl_guard.hpp"
 
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 
 extern "C" {
 #include "catalog/objectaccess.h"
@@ -79,7 +79,7 @@ void install_drop_hook() {
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(on_ddl_command_start) {
+OUTBOX_FUNCTION(outbox__on_ddl_command_start) {
     if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._on_ddl_command_start() must be an event trigger")));
@@ -106,18 +106,14 @@ OUTBOX_FUNCTION(on_ddl_command_start) {
         Oid types[1] = {OIDARRAYOID};
         Datum args[1] = {
             PointerGetDatum(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT))};
-        SPI_connect();
-        pg::RunAs scope;
-        pg::run_as_extension_owner(&scope);
-        pg::spi_run("guarding an index", "SELECT outbox._guard_drop_index($1)", 1, types, args,
-                    nullptr, true, 0, SPI_OK_SELECT);
-        pg::run_as_end(&scope);
-        SPI_finish();
+        pg::spi_run_as(pg::extension_owner_role, "guarding an index",
+                       "SELECT outbox._guard_drop_index($1)", 1, types, args, nullptr, true, 0,
+                       SPI_OK_SELECT);
     }
     PG_RETURN_VOID();
 }
 
-OUTBOX_FUNCTION(dropped_partitions) {
+OUTBOX_FUNCTION(outbox__dropped_partitions) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
     for (int i = 0; i < ndropped; i++) {
@@ -136,7 +132,7 @@ OUTBOX_FUNCTION(dropped_partitions) {
 // statement resolved with the caller's search_path: so they are resolved
 // here, before outbox._guard_ddl(partitions, parents, attached) runs as the
 // extension's owner with search_path pinned.
-OUTBOX_FUNCTION(on_ddl_command_end) {
+OUTBOX_FUNCTION(outbox__on_ddl_command_end) {
     if (!CALLED_AS_EVENT_TRIGGER(fcinfo))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._on_ddl_command_end() must be an event trigger")));
@@ -179,29 +175,8 @@ OUTBOX_FUNCTION(on_ddl_command_end) {
             construct_array(partition_items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT)),
         PointerGetDatum(construct_array(parent_items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT)),
         PointerGetDatum(construct_array(attached_items, n, BOOLOID, 1, true, TYPALIGN_CHAR))};
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    pg::spi_run("guarding capture against DDL", "SELECT outbox._guard_ddl($1, $2, $3)", 3, types,
-                args, nullptr, false, 0, SPI_OK_SELECT);
-    pg::run_as_end(&scope);
-    SPI_finish();
+    pg::spi_run_as(pg::extension_owner_role, "guarding capture against DDL",
+                   "SELECT outbox._guard_ddl($1, $2, $3)", 3, types, args, nullptr, false, 0,
+                   SPI_OK_SELECT);
     PG_RETURN_VOID();
-}
-
-// outbox._ddl_attaches_partition(pg_ddl_command), the event trigger helper of
-// 0.1.0 to 0.4.0: kept so that their scripts install, and a database keeps
-// working between installing this library and ALTER EXTENSION UPDATE.
-OUTBOX_FUNCTION(ddl_attaches_partition) {
-    auto *command = (CollectedCommand *)PG_GETARG_POINTER(0);
-    if (command->type != SCT_AlterTable)
-        PG_RETURN_BOOL(false);
-    ListCell *lc;
-    foreach (lc, command->d.alterTable.subcmds) {
-        auto *sub = (CollectedATSubcmd *)lfirst(lc);
-        if (IsA(sub->parsetree, AlterTableCmd) &&
-            ((AlterTableCmd *)sub->parsetree)->subtype == AT_AttachPartition)
-            PG_RETURN_BOOL(true);
-    }
-    PG_RETURN_BOOL(false);
 }

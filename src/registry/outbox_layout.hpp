@@ -1,4 +1,4 @@
-// The outbox row's layout (pg_outbox--*.sql, "Outbox storage"), for every
+// The outbox row's layout (extension/tables/20_outbox.sql), for every
 // reader and writer of the outbox: column indexes, 0-based as in a tuple's
 // values array (attribute number = index + 1).  cell_outbox's columns end
 // before OUTBOX_CELL_NAME; control_outbox adds cell_name.

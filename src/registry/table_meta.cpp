@@ -3,7 +3,7 @@
 #include "registry/outbox_layout.hpp"
 #include "pg/guard.hpp"
 
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 
 extern "C" {
 #include "catalog/pg_sequence.h"
@@ -105,6 +105,14 @@ static void ensure_callbacks() {
     callbacks_registered = true;
 }
 
+// outbox._invalidate_cache(): every backend drops its cached registry at the
+// end of this transaction (this backend: at the next command).
+OUTBOX_FUNCTION(outbox__invalidate_cache) {
+    Oid registry = get_relname_relid("registered_tables", get_namespace_oid("outbox", false));
+    CacheInvalidateRelcacheByRelid(registry);
+    PG_RETURN_VOID();
+}
+
 int64 integer_datum(Datum value, Oid type) {
     switch (type) {
     case INT2OID:
@@ -201,39 +209,39 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
 
 // Cells and handlers, read as the extension's owner.
 static void load_cells_and_handlers(Registry *fresh) {
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    fresh->ncells =
-        (int)pg::spi_run("reading outbox.cells", "SELECT name FROM outbox.cells ORDER BY name", 0,
-                         nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
-    fresh->cells = (const char **)MemoryContextAllocZero(fresh->context,
-                                                         sizeof(char *) * Max(fresh->ncells, 1));
-    for (int i = 0; i < fresh->ncells; i++)
-        fresh->cells[i] = MemoryContextStrdup(
-            fresh->context, SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+    pg::spi_run_as(pg::extension_owner_role, "reading outbox.cells",
+                   "SELECT name FROM outbox.cells ORDER BY name", 0, nullptr, nullptr, nullptr,
+                   true, 0, SPI_OK_SELECT, [fresh](uint64 rows) {
+                       fresh->ncells = (int)rows;
+                       fresh->cells = (const char **)MemoryContextAllocZero(
+                           fresh->context, sizeof(char *) * Max(fresh->ncells, 1));
+                       for (int i = 0; i < fresh->ncells; i++)
+                           fresh->cells[i] = MemoryContextStrdup(
+                               fresh->context,
+                               SPI_getvalue(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1));
+                   });
     fresh->message_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
                                           ObjectIdGetDatum(outbox_namespace()));
-    if (OidIsValid(fresh->handlers_relid)) {
-        fresh->nhandlers = (int)pg::spi_run(
-            "reading outbox.handlers",
-            "SELECT category, handler::pg_catalog.oid FROM outbox.handlers ORDER BY category", 0,
-            nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
-        fresh->handler_categories = (int32 *)MemoryContextAllocZero(
-            fresh->context, sizeof(int32) * Max(fresh->nhandlers, 1));
-        fresh->handler_functions =
-            (Oid *)MemoryContextAllocZero(fresh->context, sizeof(Oid) * Max(fresh->nhandlers, 1));
-        for (int i = 0; i < fresh->nhandlers; i++) {
-            bool isnull;
-            HeapTuple row = SPI_tuptable->vals[i];
-            fresh->handler_categories[i] =
-                DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
-            fresh->handler_functions[i] =
-                DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
-        }
-    }
-    pg::run_as_end(&scope);
-    SPI_finish();
+    if (!OidIsValid(fresh->handlers_relid))
+        return;
+    pg::spi_run_as(
+        pg::extension_owner_role, "reading outbox.handlers",
+        "SELECT category, handler::pg_catalog.oid FROM outbox.handlers ORDER BY category", 0,
+        nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT, [fresh](uint64 rows) {
+            fresh->nhandlers = (int)rows;
+            fresh->handler_categories = (int32 *)MemoryContextAllocZero(
+                fresh->context, sizeof(int32) * Max(fresh->nhandlers, 1));
+            fresh->handler_functions = (Oid *)MemoryContextAllocZero(
+                fresh->context, sizeof(Oid) * Max(fresh->nhandlers, 1));
+            for (int i = 0; i < fresh->nhandlers; i++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[i];
+                fresh->handler_categories[i] =
+                    DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+                fresh->handler_functions[i] =
+                    DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+            }
+        });
 }
 
 const Registry *registry_get() {

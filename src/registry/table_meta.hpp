@@ -57,7 +57,7 @@ struct OutboxPartition {
 };
 
 // An outbox table is hash-partitioned on shard_identifier (the reasoning is in
-// pg_outbox--0.1.0.sql); capture routes each row to its partition itself.
+// extension/tables/20_outbox.sql); capture routes each row to its partition itself.
 struct OutboxTable {
     Oid relid; // the partitioned parent
     Oid sequence;

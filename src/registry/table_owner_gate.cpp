@@ -1,5 +1,5 @@
 // outbox.register_table, outbox.unregister_table and
-// outbox.set_replication_version are this one C function.  It checks that the
+// outbox.set_replication_version pass through this gate.  It checks that the
 // caller owns the table and, unless a superuser, holds REGISTER on the
 // table's category (outbox.grant_category), then runs outbox._<same
 // name>(<same arguments>), the SQL body, as pg_outbox's owner with
@@ -10,7 +10,7 @@
 // Written without C++ objects that own resources: errors from SPI unwind
 // through it freely.
 #include "pg/guard.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
@@ -18,9 +18,11 @@ extern "C" {
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(table_owner_gate) {
+// Runs outbox._<name>(the caller's arguments) as the extension's owner once
+// the caller passed the checks.  names_category: the second argument is the
+// category to check REGISTER on (register_table); else the table's own.
+static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, bool names_category) {
     Oid function = fcinfo->flinfo->fn_oid;
-    const char *name = get_func_name(function);
     if (PG_ARGISNULL(0))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("tbl must not be NULL"),
                         errdetail("outbox.%s needs the table to act on.", name)));
@@ -57,30 +59,28 @@ OUTBOX_FUNCTION(table_owner_gate) {
     nulls[nargs] = '\0';
     appendStringInfoChar(&sql, ')');
 
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
     if (!superuser_arg(caller)) {
-        // register_table names the category; the others act on the table's.
-        bool names_category = nargs > 1 && argtypes[1] == TEXTOID;
         Oid types[3] = {OIDOID, REGCLASSOID, TEXTOID};
         Datum args[3] = {ObjectIdGetDatum(caller), ObjectIdGetDatum(relid),
                          names_category ? values[1] : (Datum)0};
         char check_nulls[4] = {' ', ' ', names_category && nulls[1] == ' ' ? ' ' : 'n', '\0'};
-        pg::spi_run("checking the category privilege",
-                    "SELECT outbox._check_register_privilege($1, $2, $3)", 3, types, args,
-                    check_nulls, false, 0, SPI_OK_SELECT);
+        pg::spi_run_as(pg::extension_owner_role, "checking the category privilege",
+                       "SELECT outbox._check_register_privilege($1, $2, $3)", 3, types, args,
+                       check_nulls, false, 0, SPI_OK_SELECT);
     }
-    pg::spi_run(sql.data, sql.data, nargs, argtypes, values, nulls, false, 0, SPI_OK_SELECT);
-    pg::run_as_end(&scope);
-    SPI_finish();
+    pg::spi_run_as(pg::extension_owner_role, sql.data, sql.data, nargs, argtypes, values, nulls,
+                   false, 0, SPI_OK_SELECT);
     PG_RETURN_VOID();
 }
 
-// outbox._invalidate_cache(): every backend drops its cached registry at the
-// end of this transaction (this backend: at the next command).
-OUTBOX_FUNCTION(invalidate_cache) {
-    Oid registry = get_relname_relid("registered_tables", get_namespace_oid("outbox", false));
-    CacheInvalidateRelcacheByRelid(registry);
-    PG_RETURN_VOID();
+OUTBOX_FUNCTION(outbox_register_table) {
+    return table_owner_gate(fcinfo, "register_table", true);
+}
+
+OUTBOX_FUNCTION(outbox_unregister_table) {
+    return table_owner_gate(fcinfo, "unregister_table", false);
+}
+
+OUTBOX_FUNCTION(outbox_set_replication_version) {
+    return table_owner_gate(fcinfo, "set_replication_version", false);
 }

@@ -29,7 +29,7 @@ Datum lag_interval(int64 micros) {
 
 } // namespace
 
-OUTBOX_FUNCTION(stats_rows) {
+OUTBOX_FUNCTION(outbox__stats) {
     require_preload();
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
@@ -57,7 +57,7 @@ OUTBOX_FUNCTION(stats_rows) {
     return (Datum)0;
 }
 
-OUTBOX_FUNCTION(stats_untracked) {
+OUTBOX_FUNCTION(outbox__stats_untracked) {
     require_preload();
     PG_RETURN_INT64(stats_untracked());
 }
@@ -65,7 +65,7 @@ OUTBOX_FUNCTION(stats_untracked) {
 // outbox._stats_reset(keep int[]): zeroes this database's counters of the
 // categories in keep (the registered ones), forgets the others, and zeroes
 // the worker's totals.
-OUTBOX_FUNCTION(stats_reset_all) {
+OUTBOX_FUNCTION(outbox__stats_reset) {
     require_preload();
     ArrayType *array = PG_GETARG_ARRAYTYPE_P(0);
     Datum *items;
@@ -76,15 +76,6 @@ OUTBOX_FUNCTION(stats_reset_all) {
     for (int i = 0; i < n; i++)
         keep[i] = DatumGetInt32(items[i]);
     stats_reset(keep, n);
-    if (worker_shared != nullptr) {
-        SpinLockAcquire(&worker_shared->mutex);
-        worker_shared->shards_drained = 0;
-        worker_shared->messages_delivered = 0;
-        worker_shared->rows_scheduled = 0;
-        worker_shared->rows_backfilled = 0;
-        worker_shared->last_error[0] = '\0';
-        worker_shared->last_error_at = 0;
-        SpinLockRelease(&worker_shared->mutex);
-    }
+    worker_reset_totals();
     PG_RETURN_VOID();
 }

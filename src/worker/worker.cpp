@@ -18,11 +18,12 @@
 // unit of work it happened in.
 #include "pg/guard.hpp"
 
-#include "backfill/batch_plan.hpp"
+#include "backfill/backfill_batch.hpp"
+#include "backfill/backfill_walk.hpp"
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
-#include "pg/run_as.hpp"
+#include "pg/spi.hpp"
 #include "settings.hpp"
 #include "worker/worker.hpp"
 
@@ -197,35 +198,6 @@ void compact(bool cell, bool control) {
     }
 }
 
-// Registered tables local to the silo mode, in the walk's stable order, with
-// their names for the log.
-int local_tables(Oid **tables, char ***names) {
-    int n = 0;
-    in_transaction(
-        "pg_outbox: listing tables",
-        [&] {
-            Oid types[1] = {TEXTOID};
-            Datum args[1] = {CStringGetTextDatum(silo_mode_name(silo_mode))};
-            n = (int)pg::spi_run("listing the local tables",
-                                 "SELECT t::pg_catalog.oid, t::pg_catalog.text"
-                                 " FROM outbox._local_tables($1) t",
-                                 1, types, args, nullptr, true, 0, SPI_OK_SELECT);
-            MemoryContext old = MemoryContextSwitchTo(cycle_context);
-            *tables = (Oid *)palloc(sizeof(Oid) * Max(n, 1));
-            *names = (char **)palloc(sizeof(char *) * Max(n, 1));
-            for (int i = 0; i < n; i++) {
-                bool isnull;
-                HeapTuple row = SPI_tuptable->vals[i];
-                (*tables)[i] =
-                    DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
-                (*names)[i] = SPI_getvalue(row, SPI_tuptable->tupdesc, 2);
-            }
-            MemoryContextSwitchTo(old);
-        },
-        nullptr);
-    return n;
-}
-
 // A table whose batch failed for a reason of its own (a bad cursor value, a
 // dropped column, an owner's hostile index predicate) is skipped for a
 // growing pause; the other tables go on.  Only a failing cursor store (a
@@ -281,50 +253,41 @@ void store_failed(const ErrorData *error) {
     backfill_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_pause_ms);
 }
 
-// Sentry's backfill_outboxes_for, one transaction per batch.
+// The budgeted walk (backfill/backfill_walk.hpp), one transaction per batch.
 void backfill(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (backfill_paused && now < backfill_retry_at)
         return;
     Oid *tables = nullptr;
     char **names = nullptr;
-    int ntables = local_tables(&tables, &names);
-    for (int i = 0; i < ntables && budget > 0; i++) {
+    int ntables = 0;
+    in_transaction(
+        "pg_outbox: listing tables",
+        [&] { ntables = local_tables(silo_mode, cycle_context, &tables, &names); }, nullptr);
+    auto batch = [&](int i, int32 batch_size, int64 *ids, int64 *written) {
         CHECK_FOR_INTERRUPTS();
         TablePause *pause = table_pause(tables[i], false);
         if (pause != nullptr && now < pause->retry_at)
-            continue;
-        int64 count = 0;
-        bool null_batch = true;
+            return BatchOutcome::Nothing;
+        bool ran = false;
         ErrorData *error = nullptr;
         bool ok = in_transaction(
             "pg_outbox: backfilling",
             [&] {
-                Oid types[3] = {REGCLASSOID, INT4OID, BOOLOID};
-                Datum args[3] = {ObjectIdGetDatum(tables[i]),
-                                 Int32GetDatum((int32)Min(budget, (int64)PG_INT32_MAX)),
-                                 BoolGetDatum(self_hosted)};
-                pg::spi_run("a backfill batch",
-                            "SELECT (b).count FROM outbox.process_backfill_batch($1, $2, $3) b", 3,
-                            types, args, nullptr, false, 1, SPI_OK_SELECT);
-                if (SPI_processed != 1)
-                    elog(ERROR, "pg_outbox: a backfill batch returned no row");
-                bool isnull;
-                Datum value =
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-                null_batch = isnull;
-                count = isnull ? 0 : DatumGetInt64(value);
+                BatchPlan plan;
+                ran = backfill_batch(tables[i], batch_size, self_hosted, &plan, written);
+                *ids = ran ? plan.count : 0;
             },
             &error);
         if (!ok) {
-            if (ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION) {
+            bool store_down =
+                ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+            if (store_down)
                 store_failed(error);
-                FreeErrorData(error);
-                return;
-            }
-            table_failed(tables[i], names[i], error);
+            else
+                table_failed(tables[i], names[i], error);
             FreeErrorData(error);
-            continue;
+            return store_down ? BatchOutcome::Stop : BatchOutcome::Nothing;
         }
         if (pause != nullptr)
             (void)hash_search(table_pauses, &tables[i], HASH_REMOVE, nullptr);
@@ -332,15 +295,13 @@ void backfill(int64 budget) {
             ereport(LOG, (errmsg("pg_outbox worker: backfill resumed")));
         backfill_paused = false;
         backfill_pause_ms = 0;
-        if (null_batch)
-            continue;
-        // An id span can be as large as the id type: count saturates.
-        budget = saturating_sub(budget, count);
-        window_used = saturating_add(window_used, count);
-        SpinLockAcquire(&worker_shared->mutex);
-        worker_shared->rows_backfilled = saturating_add(worker_shared->rows_backfilled, count);
-        SpinLockRelease(&worker_shared->mutex);
-    }
+        return ran ? BatchOutcome::Ran : BatchOutcome::Nothing;
+    };
+    WalkTotals totals = backfill_walk(ntables, budget, batch);
+    window_used = saturating_add(window_used, totals.ids);
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->rows_backfilled = saturating_add(worker_shared->rows_backfilled, totals.ids);
+    SpinLockRelease(&worker_shared->mutex);
 }
 
 // Returns whether it delivered anything (then the next cycle starts at
@@ -389,6 +350,19 @@ void forget_pid(int, Datum) {
 }
 
 } // namespace
+
+void worker_reset_totals() {
+    if (worker_shared == nullptr)
+        return;
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->shards_drained = 0;
+    worker_shared->messages_delivered = 0;
+    worker_shared->rows_scheduled = 0;
+    worker_shared->rows_backfilled = 0;
+    worker_shared->last_error[0] = '\0';
+    worker_shared->last_error_at = 0;
+    SpinLockRelease(&worker_shared->mutex);
+}
 
 void register_worker() {
     BackgroundWorker worker;

@@ -26,8 +26,13 @@ struct WorkerShared {
     char last_error[256];
 };
 
-// NULL unless pg_outbox is in shared_preload_libraries.
+// NULL unless pg_outbox is in shared_preload_libraries.  Read and written
+// by worker/ only; others go through the functions below.
 extern WorkerShared *worker_shared;
+
+// Zeroes the worker's totals and forgets its last error
+// (outbox.stats_reset()); nothing without shared_preload_libraries.
+void worker_reset_totals();
 
 // From _PG_init, while shared_preload_libraries is processed.
 void register_worker();

@@ -7,7 +7,7 @@
 using namespace pgoutbox;
 
 // Wakes the worker for a cycle now; returns whether it is running.
-OUTBOX_FUNCTION(wake_worker) {
+OUTBOX_FUNCTION(outbox_wake_worker) {
     if (worker_shared == nullptr)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("the pg_outbox worker is not available"),
@@ -23,7 +23,7 @@ OUTBOX_FUNCTION(wake_worker) {
 
 // One row, always: without the preload the state says so and the rest is
 // NULL, so monitoring never fails on it.
-OUTBOX_FUNCTION(worker_status) {
+OUTBOX_FUNCTION(outbox__worker_status) {
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "pg_outbox: _worker_status must return a composite");

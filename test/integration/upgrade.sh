@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every released version, installed from its own full script (CREATE
-# EXTENSION ... VERSION; the Makefile builds the scripts of 0.2.0 to 0.4.0 as
-# they were released), upgraded with ALTER EXTENSION UPDATE, must equal a
-# fresh install of the newest version, which comes from pg_outbox--<newest>.sql
-# alone: functions with every attribute, tables and their columns,
+# EXTENSION ... VERSION; make builds each from extension/released/ as it was
+# released), upgraded with ALTER EXTENSION UPDATE (to the current version
+# through the upgrade script make generates from extension/upgrade/ and
+# extension/functions/), must equal a fresh install of the current version
+# (extension/tables/ and extension/functions/): functions with every attribute, tables and their columns,
 # constraints and indexes, views, types, sequences, grants, event triggers and
 # what pg_dump keeps.  Registrations and pending rows survive the update.
 # Last, the comparison is shown to fail on a deliberate mismatch of each kind.
@@ -81,8 +82,8 @@ SQL
 
 versions=$(ls "$root"/extension/pg_outbox--*.sql | sed -n 's/.*pg_outbox--\([0-9.]*\)\.sql$/\1/p' | sort -V)
 latest=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$root/extension/pg_outbox.control")
-check "full scripts of 0.1.0 to 0.5.0 and of $latest are installed" \
-    [ "$(echo $versions)" = "0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 $latest" ]
+check "full scripts of 0.1.0 to 0.6.0 and of $latest are installed" \
+    [ "$(echo $versions)" = "0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 $latest" ]
 q -d postgres -c "CREATE DATABASE fresh" >/dev/null
 q -d fresh -c "CREATE EXTENSION pg_outbox" >/dev/null
 describe fresh >"$CLUSTER_DIR/fresh.txt"

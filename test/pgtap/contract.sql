@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(40);
+SELECT plan(41);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -65,6 +65,15 @@ SELECT is((SELECT pg_get_function_arguments('outbox.register_table(regclass,text
           'register_table arguments and defaults');
 SELECT is(outbox.get_option('outbox_replication.anything.replication_version'), '0'::jsonb,
           'the gate defaults to 0');
+
+-- From SQL to C: a C function's symbol is its SQL name, schema included, with
+-- the dot made an underscore (src/released_symbols.cpp keeps the old ones).
+SELECT is_empty($$
+    SELECT p.oid::regprocedure, p.prosrc FROM pg_proc p
+     WHERE p.pronamespace = 'outbox'::regnamespace
+       AND p.prolang = (SELECT oid FROM pg_language WHERE lanname = 'c')
+       AND p.prosrc <> 'outbox_' || p.proname $$,
+    'every C function''s symbol is outbox_ followed by its SQL name');
 
 SELECT * FROM finish();
 ROLLBACK;

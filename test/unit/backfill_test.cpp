@@ -1,7 +1,9 @@
+#include "backfill/backfill_walk.hpp"
 #include "backfill/batch_plan.hpp"
 #include "cursor/cursor_value.hpp"
 
 #include <gtest/gtest.h>
+#include <vector>
 
 using namespace pgoutbox;
 
@@ -84,4 +86,49 @@ TEST(Saturating, StopsAtTheLimits) {
     EXPECT_EQ(saturating_sub(INT64_MIN, 1), INT64_MIN);
     EXPECT_EQ(saturating_sub(INT64_MAX, -1), INT64_MAX);
     EXPECT_EQ(saturating_sub(10000, 9000), 1000);
+}
+
+// The budgeted walk: batch i is asked for what is left of the budget.
+TEST(BackfillWalk, EachTableGetsWhatIsLeftUntilTheBudgetIsSpent) {
+    std::vector<int32_t> asked;
+    WalkTotals totals =
+        backfill_walk(4, 1000, [&](int i, int32_t size, int64_t *ids, int64_t *written) {
+            asked.push_back(size);
+            if (i == 1)
+                return BatchOutcome::Nothing;
+            *ids = 600;
+            *written = 2 * 600;
+            return BatchOutcome::Ran;
+        });
+    EXPECT_EQ(asked, (std::vector<int32_t>{1000, 400, 400}));
+    EXPECT_EQ(totals.ids, 1200);
+    EXPECT_EQ(totals.rows_written, 2400);
+    EXPECT_TRUE(totals.progressed);
+}
+
+TEST(BackfillWalk, StopEndsTheWalkAndEmptyBatchesAreNoProgress) {
+    int calls = 0;
+    WalkTotals stopped = backfill_walk(3, 1000, [&](int, int32_t, int64_t *, int64_t *) {
+        calls++;
+        return BatchOutcome::Stop;
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_FALSE(stopped.progressed);
+    WalkTotals empty = backfill_walk(3, 1000, [&](int, int32_t, int64_t *ids, int64_t *) {
+        *ids = 0;
+        return BatchOutcome::Ran;
+    });
+    EXPECT_FALSE(empty.progressed);
+}
+
+TEST(BackfillWalk, HugeBudgetsAndSpansSaturate) {
+    std::vector<int32_t> asked;
+    WalkTotals totals =
+        backfill_walk(2, INT64_MAX, [&](int, int32_t size, int64_t *ids, int64_t *) {
+            asked.push_back(size);
+            *ids = INT64_MAX;
+            return BatchOutcome::Ran;
+        });
+    EXPECT_EQ(asked, (std::vector<int32_t>{INT32_MAX}));
+    EXPECT_EQ(totals.ids, INT64_MAX);
 }

@@ -8,4 +8,4 @@ SET outbox.cursor_store = 'redis';
 SELECT set_config('outbox.redis_key_prefix', 'regress:' || txid_current() || ':', false) <> '' AS prefixed;
 CREATE SCHEMA backfill_redis;
 SET search_path = backfill_redis, public;
-\i test/sql/backfill_scenarios.sql
+\i test/scenarios/backfill_scenarios.sql

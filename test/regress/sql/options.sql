@@ -24,6 +24,9 @@ SELECT outbox.find_replication_version('sentry_authprovider');
 SELECT outbox.set_option('outbox_replication.sentry_authprovider.replication_version', '10');
 SELECT outbox.find_replication_version('sentry_authprovider');
 SELECT outbox.find_replication_version('sentry_authprovider', true);
+SELECT outbox.set_option('outbox_replication.sentry_authprovider.backfill.target_cells', '["us", "fr"]');
+-- Only registered cells: fr is not one (what a backfill writes to).
+SELECT outbox.target_cells('sentry_authprovider');
 SELECT outbox.set_option('outbox_replication.sentry_authprovider.backfill.target_cells', '["us"]');
 SELECT outbox.target_cells('sentry_authprovider');
 SELECT * FROM outbox.options ORDER BY key;

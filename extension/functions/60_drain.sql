@@ -1,0 +1,68 @@
+------------------------------------------------------------------------------
+-- Handlers, draining and the worker
+------------------------------------------------------------------------------
+CREATE OR REPLACE FUNCTION outbox.register_handler(category text, handler regprocedure) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    category_id int;
+    f record;
+BEGIN
+    PERFORM outbox._require(category, 'category');
+    PERFORM outbox._require(handler, 'handler');
+    SELECT c.id INTO category_id FROM outbox.categories c WHERE c.name = register_handler.category;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'category % is not registered', quote_literal(category)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    SELECT p.prokind, p.proretset, p.prorettype, p.pronargs, p.proargtypes INTO f
+      FROM pg_proc p WHERE p.oid = handler;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'handler: function with OID % does not exist', handler::oid
+            USING ERRCODE = 'undefined_function';
+    END IF;
+    IF f.prokind <> 'f' OR f.proretset OR f.prorettype <> 'void'::regtype OR f.pronargs <> 1
+       OR f.proargtypes[0] <> 'outbox.message'::regtype THEN
+        RAISE EXCEPTION 'handler % must be a function (outbox.message) RETURNS void', handler
+            USING ERRCODE = 'invalid_function_definition';
+    END IF;
+    INSERT INTO outbox.handlers AS h (category, handler) VALUES (category_id, handler)
+        ON CONFLICT ON CONSTRAINT handlers_pkey DO UPDATE SET handler = excluded.handler;
+    PERFORM outbox._invalidate_cache();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.unregister_handler(category text) RETURNS void
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._require(category, 'category');
+    DELETE FROM outbox.handlers h
+     USING outbox.categories c
+     WHERE h.category = c.id AND c.name = unregister_handler.category;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'category % has no handler', quote_literal(category)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM outbox._invalidate_cache();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.drain_shard(silo text, shard_scope int, shard_identifier bigint,
+    cell_name text DEFAULT NULL) RETURNS int
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_drain_shard';
+CREATE OR REPLACE FUNCTION outbox.drain(silo text DEFAULT NULL) RETURNS bigint
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_drain';
+
+-- Rewrites the outbox partitions that are mostly dead tuples (a snapshot
+-- held for long keeps them from VACUUM): src/drain/compaction.hpp.  The
+-- worker does it every cycle; force compacts every partition with a file.
+CREATE OR REPLACE FUNCTION outbox.compact_outbox(silo text DEFAULT NULL, force boolean DEFAULT false)
+    RETURNS int
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_compact_outbox';
+
+-- Wakes the background worker for a cycle now; needs shared_preload_libraries.
+CREATE OR REPLACE FUNCTION outbox.wake_worker() RETURNS boolean
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_wake_worker';

@@ -1,0 +1,36 @@
+------------------------------------------------------------------------------
+-- Privileges
+------------------------------------------------------------------------------
+REVOKE ALL ON SCHEMA outbox FROM PUBLIC;
+DO $$
+DECLARE
+    f regprocedure;
+BEGIN
+    FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace LOOP
+        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END
+$$;
+-- The capture row trigger's WHEN condition runs as whoever writes the table.
+GRANT EXECUTE ON FUNCTION outbox._in_logical_apply() TO PUBLIC;
+
+-- Every object keeps its own privileges; the schema itself gives nothing.
+-- The three table functions check the caller in C: it must own the table
+-- and hold REGISTER on its category (outbox.grant_category).
+GRANT USAGE ON SCHEMA outbox TO PUBLIC;
+-- PostgreSQL clones the capture row trigger onto every new partition as the
+-- role that creates or attaches it, and checks that role may execute it.
+-- Called as anything but a trigger, it raises an error.
+GRANT EXECUTE ON FUNCTION outbox.capture_row() TO PUBLIC;
+GRANT EXECUTE ON FUNCTION
+    outbox.register_table(regclass, text, text, name, name[], name, int, text),
+    outbox.unregister_table(regclass),
+    outbox.set_replication_version(regclass, int) TO PUBLIC;
+
+-- pg_monitor reads; it cannot reset, drain, open gates or change anything.
+GRANT USAGE ON SCHEMA outbox TO pg_monitor;
+GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status
+    TO pg_monitor;
+GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(), outbox._stats(),
+    outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
+    outbox.metrics() TO pg_monitor;

@@ -1,0 +1,55 @@
+// SQL through SPI: one statement checked against the return code it must
+// give, and the dance around it (connect, become the right role, run, end
+// the role change, read the rows, disconnect) in one place.  No C++ object
+// with a destructor lives in these frames: an ERROR unwinds through them, and
+// (sub)transaction abort closes the connection and restores the role.
+#pragma once
+
+#include "pg/run_as.hpp"
+
+namespace pgoutbox::pg {
+
+// SPI_execute_with_args that raises an ERROR naming what unless SPI returns
+// expected; returns SPI_processed.  Runs inside SPI_connect, as whoever runs.
+uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+               const char *nulls, bool read_only, long limit, int expected);
+
+// Who a statement of spi_run_as runs as.
+struct RunAsRole {
+    Relation owner_of; // nullptr: the extension's owner; else this table's owner
+};
+constexpr RunAsRole extension_owner_role = {nullptr};
+inline RunAsRole table_owner_role(Relation rel) {
+    return {rel};
+}
+
+// spi_run in an SPI connection of its own, as role; then read(rows) with the
+// result still in SPI_tuptable, back as the caller.  What read allocates in
+// CurrentMemoryContext is freed with the connection: copy what must live on
+// into a context of your own.
+template <typename Read>
+uint64 spi_run_as(RunAsRole role, const char *what, const char *sql, int nargs, Oid *types,
+                  Datum *values, const char *nulls, bool read_only, long limit, int expected,
+                  Read &&read) {
+    SPI_connect();
+    RunAs scope;
+    if (role.owner_of == nullptr)
+        run_as_extension_owner(&scope);
+    else
+        run_as_table_owner(&scope, role.owner_of);
+    uint64 rows = spi_run(what, sql, nargs, types, values, nulls, read_only, limit, expected);
+    run_as_end(&scope);
+    read(rows);
+    SPI_finish();
+    return rows;
+}
+
+// The same without reading the result.
+inline uint64 spi_run_as(RunAsRole role, const char *what, const char *sql, int nargs, Oid *types,
+                         Datum *values, const char *nulls, bool read_only, long limit,
+                         int expected) {
+    return spi_run_as(role, what, sql, nargs, types, values, nulls, read_only, limit, expected,
+                      [](uint64) {});
+}
+
+} // namespace pgoutbox::pg
