@@ -2,3 +2,7 @@
 -- make appends extension/functions/*.sql, which replaces every function,
 -- view and event trigger and grants the privileges again.
 \echo Use "ALTER EXTENSION pg_outbox UPDATE" to load this file. \quit
+
+-- The options are C (src/options/option_functions.cpp); their value check
+-- with them.
+DROP FUNCTION outbox._check_option(text, jsonb, text);

@@ -2,7 +2,7 @@
 -- with a specific SQLSTATE (never XX000) and a message naming the argument
 -- or the bad value, never crashes the backend and changes nothing.
 BEGIN;
-SELECT plan(90);
+SELECT plan(101);
 
 SET client_min_messages = warning;
 DROP EXTENSION IF EXISTS pg_outbox CASCADE;
@@ -106,6 +106,21 @@ SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.r
 SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.replication_version', '[1]')$$, '22023', 'must be an integer');
 SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.replication_version', 'not json')$$, '22P02', 'invalid input syntax for type json');
 SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.backfill.target_cells', '{"us": 1}')$$, '22023', 'must be a JSON array of cell names');
+SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.replication_version', '2.5')$$, '22023', 'must be an integer from 0 to 2147483647, not 2.5');
+SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.replication_version', '2147483648')$$, '22023', 'must be an integer');
+SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.backfill.target_cells', '[["us"]]')$$, '22023', 'must be a JSON array of cell names, not \[\["us"\]\]');
+SELECT pg_temp.errors_with($$SELECT outbox.set_option('outbox_replication.good.backfill.target_cells', '["us", 1]')$$, '22023', 'must be a JSON array of cell names');
+SELECT lives_ok($$SELECT outbox.set_option('outbox_replication.good.replication_version', '2.0'),
+                         outbox.set_option('outbox_replication.good.backfill.target_cells', 'null'),
+                         outbox.unset_option('outbox_replication.good.replication_version'),
+                         outbox.unset_option('outbox_replication.good.backfill.target_cells')$$,
+                'an integral number and a JSON null are values');
+SELECT is(set_config('outbox_replication.good.replication_version', '{', true), '{', 'a setting that is not JSON');
+SELECT pg_temp.errors_with($$SELECT outbox.get_option('outbox_replication.good.replication_version')$$, '22023', '^setting outbox_replication.good.replication_version = ''\{'' is not JSON');
+SELECT is(set_config('outbox_replication.good.replication_version', '', true), '', 'unset again');
+SELECT is(set_config('outbox_replication.good.backfill.target_cells', '"us"', true), '"us"', 'a setting of the wrong kind');
+SELECT pg_temp.errors_with($$SELECT outbox.get_option('outbox_replication.good.backfill.target_cells')$$, '22023', '^setting for outbox_replication.good.backfill.target_cells must be a JSON array');
+SELECT is(set_config('outbox_replication.good.backfill.target_cells', '', true), '', 'unset again');
 SELECT pg_temp.errors_with($$SELECT outbox.get_option(NULL)$$, '22004', '^key must not be NULL');
 SELECT pg_temp.errors_with($$SELECT outbox.get_option('outbox_replication.GOOD.replication_version')$$, '22023', 'is not a pg_outbox option');
 SELECT pg_temp.errors_with($$SELECT outbox.unset_option(NULL)$$, '22004', '^key must not be NULL');
