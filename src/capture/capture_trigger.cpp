@@ -21,6 +21,7 @@
 // destructors: an ERROR may unwind through any of its frames.
 #include "capture/outbox_rows.hpp"
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
 
@@ -88,13 +89,8 @@ void capture_update(OutboxWriter *writer, const CellTargets &targets, const Tabl
                      [&](TupleTableSlot *row) { write_row(writer, meta, targets, row); });
         return;
     }
-    HASHCTL ctl;
-    memset(&ctl, 0, sizeof ctl);
-    ctl.keysize = sizeof(int64);
-    ctl.entrysize = sizeof(NewKey);
-    ctl.hcxt = CurrentMemoryContext;
-    HTAB *new_keys =
-        hash_create("pg_outbox update keys", 1024, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    HTAB *new_keys = pg::blob_hash("pg_outbox update keys", 1024, sizeof(int64), sizeof(NewKey),
+                                   CurrentMemoryContext);
     MemoryContext keys_context = CurrentMemoryContext;
     for_each_row(td->tg_newtable, slot, per_row, [&](TupleTableSlot *row) {
         RowKey key = row_key(meta, row);

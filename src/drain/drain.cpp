@@ -4,6 +4,7 @@
 #include "drain/drain.hpp"
 
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 #include "pg/spi.hpp"
 #include "registry/outbox_layout.hpp"
 #include "settings.hpp"
@@ -248,13 +249,8 @@ struct MessageEntry {
 // Groups the present rows of each segment by (category, object_identifier),
 // in the order of first rows.
 int coalesce(const DrainBatch *batch, RowNow *now_rows, Message *messages) {
-    HASHCTL ctl;
-    memset(&ctl, 0, sizeof ctl);
-    ctl.keysize = sizeof(MessageKey);
-    ctl.entrysize = sizeof(MessageEntry);
-    ctl.hcxt = CurrentMemoryContext;
-    HTAB *index = hash_create("pg_outbox messages", Max(batch->nrows, 16), &ctl,
-                              HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+    HTAB *index = pg::blob_hash("pg_outbox messages", Max(batch->nrows, 16), sizeof(MessageKey),
+                                sizeof(MessageEntry), CurrentMemoryContext);
     int n = 0;
     for (int s = 0; s < batch->nsegments; s++) {
         const DrainSegment *segment = &batch->segments[s];

@@ -12,6 +12,7 @@
 // Written without C++ objects that own resources around PostgreSQL calls:
 // errors unwind through it freely.
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 #include "pg/spi.hpp"
 #include "registry/outbox_layout.hpp"
 #include "registry/table_meta.hpp"
@@ -208,13 +209,8 @@ void read_error(HeapTuple row, TupleDesc desc, ShardTable *shards, Cells *cells,
 // as the extension owner, since pg_monitor may call this.  Errors of shards
 // without rows are left out.
 HTAB *read_errors(ShardTable *shards, Cells *cells, MemoryContext context) {
-    HASHCTL ctl;
-    memset(&ctl, 0, sizeof ctl);
-    ctl.keysize = sizeof(ShardKey);
-    ctl.entrysize = sizeof(ShardError);
-    ctl.hcxt = context;
     HTAB *errors =
-        hash_create("pg_outbox shard errors", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+        pg::blob_hash("pg_outbox shard errors", 64, sizeof(ShardKey), sizeof(ShardError), context);
     auto read = [&](uint64 rows) {
         for (uint64 i = 0; i < rows; i++)
             read_error(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, shards, cells, errors,

@@ -2,6 +2,7 @@
 
 #include "registry/outbox_layout.hpp"
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 
 #include "pg/spi.hpp"
 
@@ -308,6 +309,21 @@ static void require_textual(Relation rel, AttrNumber attnum) {
                         RelationGetRelationName(rel), format_type_be(type))));
 }
 
+// The column called name (nullptr: none, InvalidAttrNumber) that registered
+// table rel keys its outbox rows by; role says which: id and shard are
+// integers, cell is text.  Its type in *type.
+static AttrNumber key_column(Relation rel, const char *name, const char *role, Oid *type) {
+    if (name == nullptr)
+        return InvalidAttrNumber;
+    AttrNumber attnum = resolve_column(rel, name, role);
+    if (strcmp(role, "cell") == 0)
+        require_textual(rel, attnum);
+    else
+        require_integer(rel, attnum, role);
+    *type = column_type(rel, attnum);
+    return attnum;
+}
+
 // The registry row that covers rel: rel itself or its nearest registered
 // partition ancestor, or the given root.
 static uint64 read_registration(Relation rel, Oid root) {
@@ -371,24 +387,10 @@ static TableMeta *build_entry(Relation rel, Oid root) {
         entry->category = DatumGetInt32(SPI_getbinval(row, desc, 3, &isnull));
         entry->scope = DatumGetInt32(SPI_getbinval(row, desc, 4, &isnull));
 
-        entry->id_attnum = resolve_column(rel, "id", "id");
-        require_integer(rel, entry->id_attnum, "id");
-        entry->id_type = column_type(rel, entry->id_attnum);
-
-        char *shard = SPI_getvalue(row, desc, 5);
-        entry->shard_attnum = InvalidAttrNumber;
-        if (shard != nullptr) {
-            entry->shard_attnum = resolve_column(rel, shard, "shard");
-            require_integer(rel, entry->shard_attnum, "shard");
-            entry->shard_type = column_type(rel, entry->shard_attnum);
-        }
-        char *cell = SPI_getvalue(row, desc, 6);
-        entry->cell_attnum = InvalidAttrNumber;
-        if (cell != nullptr) {
-            entry->cell_attnum = resolve_column(rel, cell, "cell");
-            require_textual(rel, entry->cell_attnum);
-            entry->cell_type = column_type(rel, entry->cell_attnum);
-        }
+        entry->id_attnum = key_column(rel, "id", "id", &entry->id_type);
+        entry->shard_attnum =
+            key_column(rel, SPI_getvalue(row, desc, 5), "shard", &entry->shard_type);
+        entry->cell_attnum = key_column(rel, SPI_getvalue(row, desc, 6), "cell", &entry->cell_type);
 
         Datum payload = SPI_getbinval(row, desc, 7, &isnull);
         entry->npayload = 0;
@@ -421,13 +423,8 @@ static TableMeta *build_entry(Relation rel, Oid root) {
 const TableMeta *table_meta_get(Relation rel) {
     ensure_callbacks();
     if (table_cache == nullptr) {
-        HASHCTL ctl;
-        memset(&ctl, 0, sizeof ctl);
-        ctl.keysize = sizeof(Oid);
-        ctl.entrysize = sizeof(CacheEntry);
-        ctl.hcxt = CacheMemoryContext;
-        table_cache =
-            hash_create("pg_outbox table cache", 64, &ctl, HASH_ELEM | HASH_BLOBS | HASH_CONTEXT);
+        table_cache = pg::blob_hash("pg_outbox table cache", 64, sizeof(Oid), sizeof(CacheEntry),
+                                    CacheMemoryContext);
     }
     Oid relid = RelationGetRelid(rel);
     bool found;

@@ -69,6 +69,12 @@ struct OutboxTable {
     OutboxPartition *by_remainder; // partition of each remainder
 };
 
+// Everything registered, as one snapshot with one invalidation: the outbox
+// tables, the cells and the handlers.  The handler list is a registration
+// like a table's (outbox.register_handler), so it is read here, with the
+// rest; drain/ owns what is done with it (resolve_handlers in drain.cpp
+// checks each function and calls it).  A cache of its own in drain/ would
+// be a second copy of this cache's invalidation and retirement.
 struct Registry {
     MemoryContext context;
     Oid registry_relid; // outbox.registered_tables

@@ -17,6 +17,7 @@
 // Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
 // unit of work it happened in.
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 
 #include "backfill/backfill_batch.hpp"
 #include "backfill/backfill_walk.hpp"
@@ -211,11 +212,8 @@ HTAB *table_pauses = nullptr;
 
 TablePause *table_pause(Oid relid, bool create) {
     if (table_pauses == nullptr) {
-        HASHCTL ctl;
-        memset(&ctl, 0, sizeof ctl);
-        ctl.keysize = sizeof(Oid);
-        ctl.entrysize = sizeof(TablePause);
-        table_pauses = hash_create("pg_outbox paused tables", 16, &ctl, HASH_ELEM | HASH_BLOBS);
+        table_pauses = pg::blob_hash("pg_outbox paused tables", 16, sizeof(Oid), sizeof(TablePause),
+                                     TopMemoryContext);
     }
     bool found;
     auto *pause =
