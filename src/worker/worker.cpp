@@ -26,7 +26,7 @@
 #include "drain/drain_pass.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
-#include "worker/worker.hpp"
+#include "worker/worker_shared.hpp"
 
 extern "C" {
 #include "pgstat.h"

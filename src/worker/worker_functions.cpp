@@ -2,7 +2,7 @@
 // outbox._worker_status() (behind the view outbox.worker_status).
 #include "pg/guard.hpp"
 #include "settings.hpp"
-#include "worker/worker.hpp"
+#include "worker/worker_shared.hpp"
 
 using namespace pgoutbox;
 

@@ -1,0 +1,34 @@
+// The background worker's state in shared memory: read and written by
+// worker/ only (worker.cpp, worker_functions.cpp); the rest of pg_outbox goes
+// through worker.hpp.
+#pragma once
+
+#include "worker/worker.hpp"
+
+extern "C" {
+#include "storage/latch.h"
+#include "storage/spin.h"
+}
+
+namespace pgoutbox {
+
+struct WorkerShared {
+    slock_t mutex;
+    pid_t pid;    // 0 until the worker has started
+    Latch *latch; // set to wake it
+    TimestampTz last_cycle_start;
+    TimestampTz last_cycle_end;
+    int64 shards_drained;
+    int64 messages_delivered;
+    int64 rows_scheduled;
+    int64 rows_backfilled;
+    int64 backfill_budget_left;
+    bool backfill_paused;      // the cursor store (Redis) failed: retrying
+    TimestampTz last_error_at; // 0: none since start or reset
+    char last_error[256];
+};
+
+// NULL unless pg_outbox is in shared_preload_libraries.
+extern WorkerShared *worker_shared;
+
+} // namespace pgoutbox
