@@ -16,7 +16,7 @@ MODULEDIR = extension
 # by the same extension/functions/*.sql.  All of them are written into
 # extension/ by make; test/integration/upgrade.sh checks that each released
 # version, upgraded, equals a fresh install.
-RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0
+RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0
 EXT_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pg_outbox.control)
 LAST_RELEASED := $(lastword $(RELEASED))
 TABLES_SQL := $(sort $(wildcard extension/tables/*.sql))
@@ -68,8 +68,11 @@ RELEASED_STEPS := $(join $(addsuffix :,$(wordlist 2,$(words $(RELEASED)),x $(REL
 $(foreach step,$(RELEASED_STEPS),$(eval $(call released_full,$(word 1,$(subst :, ,$(step))),$(word 2,$(subst :, ,$(step))))))
 extension/pg_outbox--$(EXT_VERSION).sql: $(TABLES_SQL) $(FUNCTIONS_SQL)
 	cat $^ >$@
-extension/pg_outbox--$(LAST_RELEASED)--$(EXT_VERSION).sql: extension/upgrade/$(LAST_RELEASED)--$(EXT_VERSION).sql $(FUNCTIONS_SQL)
-	cat $^ >$@
+# A line "-- @include tables/<file>.sql" in the upgrade script stands for
+# that file: a version's new tables are written once.
+extension/pg_outbox--$(LAST_RELEASED)--$(EXT_VERSION).sql: extension/upgrade/$(LAST_RELEASED)--$(EXT_VERSION).sql $(TABLES_SQL) $(FUNCTIONS_SQL)
+	awk '/^-- @include /{ while ((getline line < ("extension/" $$3)) > 0) print line; next } { print }' $< >$@
+	cat $(FUNCTIONS_SQL) >>$@
 
 # The one list of sources: CMakeLists.txt checks that its glob finds these.
 .PHONY: print-sources

@@ -2,6 +2,7 @@
 // shared_preload_libraries or on first use; the GUCs exist either way.
 #include "pg/postgres.hpp"
 
+#include "cascade/cascade.hpp"
 #include "registry/ddl_guard.hpp"
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
@@ -137,6 +138,11 @@ void _PG_init(void) {
         "outbox.drain_batch_size", "Outbox rows a drainer holds and delivers in one batch.",
         "Bounds a drainer's memory whatever the depth of a shard; the worker commits each batch.",
         &drain_batch_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.cascade_chunk_size",
+        "Child rows one step of a cross-silo cascade deletes or updates at most.",
+        "A step that reaches it leaves its watermark where it was and goes on in the next.",
+        &cascade_chunk_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.compact_min_size",
         "Size from which the worker compacts an outbox partition that is mostly dead tuples.",

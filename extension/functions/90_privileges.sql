@@ -15,8 +15,8 @@ $$;
 GRANT EXECUTE ON FUNCTION outbox._in_logical_apply() TO PUBLIC;
 
 -- Every object keeps its own privileges; the schema itself gives nothing.
--- The three table functions check the caller in C: it must own the table
--- and hold REGISTER on its category (outbox.grant_category).
+-- The table functions check the caller in C: it must own the table and,
+-- to register it, hold REGISTER on its category (outbox.grant_category).
 GRANT USAGE ON SCHEMA outbox TO PUBLIC;
 -- PostgreSQL clones the capture row trigger onto every new partition as the
 -- role that creates or attaches it, and checks that role may execute it.
@@ -25,12 +25,14 @@ GRANT EXECUTE ON FUNCTION outbox.capture_row() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.register_table(regclass, text, text, name, name[], name, int, text),
     outbox.unregister_table(regclass),
-    outbox.set_replication_version(regclass, int) TO PUBLIC;
+    outbox.set_replication_version(regclass, int),
+    outbox.register_foreign_key(regclass, name, text, text),
+    outbox.unregister_foreign_key(regclass, name) TO PUBLIC;
 
 -- pg_monitor reads; it cannot reset, drain, open gates or change anything.
 GRANT USAGE ON SCHEMA outbox TO pg_monitor;
-GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status
-    TO pg_monitor;
+GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status,
+    outbox.foreign_keys TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
-    outbox.metrics() TO pg_monitor;
+    outbox.metrics(), outbox._foreign_keys() TO pg_monitor;

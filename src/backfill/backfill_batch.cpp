@@ -89,11 +89,6 @@ CellTargets backfill_targets(const TableMeta *meta, const Registration &reg) {
     return CellTargets{reg.ntarget_cells, reg.target_cells, true};
 }
 
-char *qualified_name(Relation rel) {
-    return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
-                                      RelationGetRelationName(rel));
-}
-
 // The smallest id, or false when the table is empty.  As the table's owner.
 bool min_id(const char *table, int64 *result) {
     pg::spi_run("reading the smallest id",
@@ -215,7 +210,7 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, BatchPl
     const TableMeta *meta = table_meta_get(rel);
     CellTargets targets =
         meta->silo == Silo::Control ? backfill_targets(meta, reg) : CellTargets{0, nullptr, true};
-    char *table = qualified_name(rel);
+    char *table = pg::qualified_name(rel);
 
     pg::refuse_forced_row_security(rel);
     pg::RunAs as_owner;
@@ -286,7 +281,7 @@ OUTBOX_FUNCTION(outbox__table_id_range) {
     bool nulls[2] = {true, true};
     Relation rel = PG_ARGISNULL(0) ? nullptr : try_relation_open(PG_GETARG_OID(0), AccessShareLock);
     if (rel != nullptr) {
-        char *table = qualified_name(rel);
+        char *table = pg::qualified_name(rel);
         pg::refuse_forced_row_security(rel);
         // int8 values are passed by value: they outlive the SPI connection.
         pg::spi_run_as(pg::table_owner_role(rel), "reading the id range",

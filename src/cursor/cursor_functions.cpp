@@ -1,7 +1,8 @@
 // SQL entry points over the cursor store: outbox._cursor_get(table_key) and
 // outbox._cursor_set(table_key, lower_bound, version), behind
 // get_processing_state / set_processing_state (which check the arguments),
-// and outbox._cursor_peek(table_key), behind outbox.backfill_status.
+// and outbox._cursor_peek(table_key), behind outbox.backfill_status;
+// outbox._watermark_peek(key), behind outbox.foreign_keys.
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 
@@ -52,4 +53,18 @@ OUTBOX_FUNCTION(outbox__cursor_set) {
                  errmsg("%s must not be NULL", PG_ARGISNULL(1) ? "lower_bound" : "version")));
     cursor_write(table_key, Cursor{PG_GETARG_INT64(1), PG_GETARG_INT32(2)});
     PG_RETURN_VOID();
+}
+
+OUTBOX_FUNCTION(outbox__watermark_peek) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("key must not be NULL")));
+    StoredWatermark watermark;
+    bool found = watermark_peek(text_to_cstring(PG_GETARG_TEXT_PP(0)), &watermark);
+    TupleDesc desc;
+    if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
+        elog(ERROR, "pg_outbox: _watermark_peek must return a composite");
+    Datum values[2] = {found ? Int64GetDatum(watermark.low) : (Datum)0,
+                       found ? CStringGetTextDatum(watermark.transaction_id) : (Datum)0};
+    bool nulls[2] = {!found, !found};
+    return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }

@@ -14,10 +14,14 @@ namespace pgoutbox {
 
 namespace {
 
-// A cursor written in this transaction and not yet sent to Redis.
+// What a Redis key holds: a backfill cursor or a cascade watermark.
+enum class KeyKind { Cursor, Watermark };
+
+// A value written in this transaction and not yet sent to Redis.
 struct PendingWrite {
     char *redis_key;
-    Cursor cursor;
+    char *value; // formatted (cursor_value.hpp)
+    KeyKind kind;
     SubTransactionId subxact;
 };
 
@@ -51,7 +55,8 @@ void flush_pending() {
     int n = list_length(writes);
     auto **keys = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
     auto **values = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
-    if (keys == nullptr || values == nullptr)
+    auto *kinds = (KeyKind *)palloc_extended(sizeof(KeyKind) * n, MCXT_ALLOC_NO_OOM);
+    if (keys == nullptr || values == nullptr || kinds == nullptr)
         return;
     int nkeys = 0;
     ListCell *lc;
@@ -64,17 +69,9 @@ void flush_pending() {
                 superseded = true;
         if (superseded)
             continue;
-        // No C++ exception may leave a commit callback: format into a buffer.
-        char *value = (char *)palloc_extended(64, MCXT_ALLOC_NO_OOM);
-        if (value == nullptr)
-            continue;
-        try {
-            strlcpy(value, format_cursor(write->cursor).c_str(), 64);
-        } catch (...) {
-            continue; // out of memory: the batch will simply be done again
-        }
         keys[nkeys] = write->redis_key;
-        values[nkeys++] = value;
+        kinds[nkeys] = write->kind;
+        values[nkeys++] = write->value;
     }
     if (nkeys == 0)
         return;
@@ -89,17 +86,26 @@ void flush_pending() {
         strlcpy(error.message, "unexpected error while writing to Redis", sizeof error.message);
     }
     PG_END_TRY();
-    if (!ok && nkeys == 1)
-        ereport(WARNING, (errmsg("backfill cursor %s was not moved to %s: %s", keys[0], values[0],
-                                 error.message),
-                          errdetail("The batch committed; it will be backfilled again from the old "
-                                    "cursor (no row is skipped).")));
-    else if (!ok)
+    if (ok)
+        return;
+    bool cursors = true, watermarks = true;
+    for (int i = 0; i < nkeys; i++) {
+        cursors = cursors && kinds[i] == KeyKind::Cursor;
+        watermarks = watermarks && kinds[i] == KeyKind::Watermark;
+    }
+    const char *what = cursors ? "backfill cursor" : watermarks ? "cascade watermark" : "key";
+    const char *again = cursors      ? "backfilled again from the old cursor"
+                        : watermarks ? "cascaded again from the old watermark"
+                                     : "done again from the old value";
+    if (nkeys == 1)
         ereport(WARNING,
-                (errmsg("%d backfill cursors were not moved (%s to %s among them): %s", nkeys,
-                        keys[0], values[0], error.message),
-                 errdetail("The batches committed; they will be backfilled again from the old "
-                           "cursors (no row is skipped).")));
+                (errmsg("%s %s was not moved to %s: %s", what, keys[0], values[0], error.message),
+                 errdetail("The batch committed; it will be %s (no row is skipped).", again)));
+    else
+        ereport(WARNING,
+                (errmsg("%d %ss were not moved (%s to %s among them): %s", nkeys, what, keys[0],
+                        values[0], error.message),
+                 errdetail("The batches committed; they will be %s (no row is skipped).", again)));
 }
 
 void on_xact(XactEvent event, void *) {
@@ -160,28 +166,44 @@ void ensure_callbacks() {
     callbacks_registered = true;
 }
 
-void add_pending(const char *redis_key, const Cursor &cursor) {
+void add_pending(const char *redis_key, KeyKind kind, const char *value) {
     ensure_callbacks();
     MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
     auto *write = (PendingWrite *)palloc(sizeof(PendingWrite));
     write->redis_key = pstrdup(redis_key);
-    write->cursor = cursor;
+    write->value = pstrdup(value);
+    write->kind = kind;
     write->subxact = GetCurrentSubTransactionId();
     pending = lappend(pending, write);
     MemoryContextSwitchTo(old);
+}
+
+// value formatted into a palloc'd copy; the std::string is gone before
+// anything that can raise an ERROR.
+template <typename Format> char *formatted(Format format) {
+    char buffer[128];
+    strlcpy(buffer, format().c_str(), sizeof buffer);
+    return pstrdup(buffer);
 }
 
 // At most this much of a value that is not a cursor goes into a message: a
 // hostile Redis value would otherwise be logged whole.
 constexpr int shown_bytes = 100;
 
-[[noreturn]] void corrupt(const char *where, const char *value) {
+[[noreturn]] void corrupt(KeyKind kind, const char *where, const char *value) {
     int length = (int)strlen(value);
     int shown = pg_mbcliplen(value, length, shown_bytes);
     const char *excerpt =
         shown < length
             ? psprintf("%s... (%d bytes)", quote_literal_cstr(pnstrdup(value, shown)), length)
             : quote_literal_cstr(value);
+    if (kind == KeyKind::Watermark)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_DATA_CORRUPTED),
+             errmsg("cascade watermark %s is not [low, \"<transaction id>\"]: %s", where, excerpt),
+             errhint("Delete the key to start the walk again from the smallest id; pg_outbox "
+                     "does not reset a watermark it cannot read.")));
     ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
                     errmsg("backfill cursor %s is not [lower_bound, version]: %s", where, excerpt),
                     errhint("Fix the value with outbox.set_processing_state(); pg_outbox does "
@@ -192,7 +214,7 @@ constexpr int shown_bytes = 100;
 Cursor parse_or_error(const char *where, const char *value) {
     auto cursor = parse_cursor(value);
     if (!cursor)
-        corrupt(where, value);
+        corrupt(KeyKind::Cursor, where, value);
     return *cursor;
 }
 
@@ -236,11 +258,10 @@ Cursor cursor_read(const char *table_key) {
         return initial_cursor;
     }
     char *key = redis_key_for(table_key);
-    if (const PendingWrite *write = latest_pending(key))
-        return write->cursor;
-    char *value = redis::get_or_error(key);
+    const PendingWrite *write = latest_pending(key);
+    char *value = write != nullptr ? write->value : redis::get_or_error(key);
     if (value == nullptr) {
-        add_pending(key, initial_cursor);
+        add_pending(key, KeyKind::Cursor, formatted([] { return format_cursor(initial_cursor); }));
         return initial_cursor;
     }
     return parse_or_error(psprintf("at Redis key \"%s\"", key), value);
@@ -250,11 +271,8 @@ bool cursor_peek(const char *table_key, Cursor *cursor) {
     if (cursor_store == CURSOR_STORE_TABLE)
         return table_read(table_key, cursor);
     char *key = redis_key_for(table_key);
-    if (const PendingWrite *write = latest_pending(key)) {
-        *cursor = write->cursor;
-        return true;
-    }
-    char *value = redis::get_or_error(key);
+    const PendingWrite *write = latest_pending(key);
+    char *value = write != nullptr ? write->value : redis::get_or_error(key);
     if (value == nullptr)
         return false;
     *cursor = parse_or_error(psprintf("at Redis key \"%s\"", key), value);
@@ -265,7 +283,99 @@ void cursor_write(const char *table_key, const Cursor &cursor) {
     if (cursor_store == CURSOR_STORE_TABLE)
         table_write(table_key, cursor);
     else
-        add_pending(redis_key_for(table_key), cursor);
+        add_pending(redis_key_for(table_key), KeyKind::Cursor,
+                    formatted([&cursor] { return format_cursor(cursor); }));
+}
+
+namespace {
+
+char *watermark_redis_key(const char *key) {
+    return psprintf("%s%s", redis_key_prefix ? redis_key_prefix : "", key);
+}
+
+// value (a stored watermark) into *watermark; ERROR naming where unless it
+// is one.
+void parse_watermark_or_error(const char *where, const char *value, StoredWatermark *watermark) {
+    bool ok = false;
+    {
+        std::optional<Watermark> parsed = parse_watermark(value);
+        if (parsed && parsed->transaction_id.size() < sizeof watermark->transaction_id) {
+            watermark->low = parsed->low;
+            strlcpy(watermark->transaction_id, parsed->transaction_id.c_str(),
+                    sizeof watermark->transaction_id);
+            ok = true;
+        }
+    }
+    if (!ok)
+        corrupt(KeyKind::Watermark, where, value);
+}
+
+bool watermark_table_read(const char *key, StoredWatermark *watermark) {
+    Oid types[1] = {TEXTOID};
+    Datum args[1] = {CStringGetTextDatum(key)};
+    auto read = [watermark](uint64 rows) {
+        if (rows == 0)
+            return;
+        bool isnull;
+        HeapTuple row = SPI_tuptable->vals[0];
+        watermark->low = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+        strlcpy(watermark->transaction_id, SPI_getvalue(row, SPI_tuptable->tupdesc, 2),
+                sizeof watermark->transaction_id);
+    };
+    return pg::spi_run_as(pg::extension_owner_role, "reading a watermark",
+                          "SELECT low, transaction_id FROM outbox.watermarks WHERE key = $1", 1,
+                          types, args, nullptr, false, 1, SPI_OK_SELECT, read) == 1;
+}
+
+void watermark_table_write(const char *key, const StoredWatermark &watermark) {
+    Oid types[3] = {TEXTOID, INT8OID, TEXTOID};
+    Datum args[3] = {CStringGetTextDatum(key), Int64GetDatum(watermark.low),
+                     CStringGetTextDatum(watermark.transaction_id)};
+    pg::spi_run_as(pg::extension_owner_role, "writing a watermark",
+                   "INSERT INTO outbox.watermarks AS w (key, low, transaction_id)"
+                   " VALUES ($1, $2, $3) ON CONFLICT (key) DO UPDATE SET"
+                   " low = excluded.low, transaction_id = excluded.transaction_id",
+                   3, types, args, nullptr, false, 0, SPI_OK_INSERT);
+}
+
+} // namespace
+
+bool watermark_peek(const char *key, StoredWatermark *watermark) {
+    if (cursor_store == CURSOR_STORE_TABLE)
+        return watermark_table_read(key, watermark);
+    char *redis_key = watermark_redis_key(key);
+    const PendingWrite *write = latest_pending(redis_key);
+    char *value = write != nullptr ? write->value : redis::get_or_error(redis_key);
+    if (value == nullptr)
+        return false;
+    parse_watermark_or_error(psprintf("at Redis key \"%s\"", redis_key), value, watermark);
+    return true;
+}
+
+StoredWatermark watermark_read(const char *key) {
+    StoredWatermark watermark;
+    if (watermark_peek(key, &watermark))
+        return watermark;
+    // Sentry: (0, uuid4().hex), stored at once.
+    uint8 random[16];
+    if (!pg_strong_random(random, sizeof random))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("could not generate a random transaction id")));
+    watermark.low = 0;
+    hex_encode((const char *)random, sizeof random, watermark.transaction_id);
+    watermark.transaction_id[2 * sizeof random] = '\0';
+    watermark_write(key, watermark);
+    return watermark;
+}
+
+void watermark_write(const char *key, const StoredWatermark &watermark) {
+    if (cursor_store == CURSOR_STORE_TABLE) {
+        watermark_table_write(key, watermark);
+        return;
+    }
+    add_pending(watermark_redis_key(key), KeyKind::Watermark, formatted([&watermark] {
+                    return format_watermark({watermark.low, watermark.transaction_id});
+                }));
 }
 
 } // namespace pgoutbox

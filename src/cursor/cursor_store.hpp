@@ -10,6 +10,8 @@
 // write is part of the transaction itself.
 #pragma once
 
+#include "pg/postgres.hpp"
+
 #include "cursor/cursor_value.hpp"
 
 namespace pgoutbox {
@@ -25,5 +27,22 @@ Cursor cursor_read(const char *table_key);
 bool cursor_peek(const char *table_key, Cursor *cursor);
 
 void cursor_write(const char *table_key, const Cursor &cursor);
+
+// A watermark of the cross-silo cascade (cascade/), in the same store and
+// with the same commit rule: Redis key <outbox.redis_key_prefix><key>
+// holding Sentry's [low, "<transaction id>"], or a row of
+// outbox.watermarks.
+struct StoredWatermark {
+    int64 low;
+    char transaction_id[64];
+};
+
+// The watermark under key; a missing one is stored as [0, <random hex>],
+// as Sentry does.  ERROR (naming the key, showing the value) when the stored
+// value is not a watermark; it is never reset silently.
+StoredWatermark watermark_read(const char *key);
+// As stored, without creating a missing one (false).
+bool watermark_peek(const char *key, StoredWatermark *watermark);
+void watermark_write(const char *key, const StoredWatermark &watermark);
 
 } // namespace pgoutbox

@@ -40,7 +40,48 @@ std::optional<int64_t> parse_integer(std::string_view text, size_t &pos) {
     return static_cast<int64_t>(value);
 }
 
+// A JSON string of printable ASCII other than " and \, without escapes.
+std::optional<std::string> parse_plain_string(std::string_view text, size_t &pos) {
+    if (pos >= text.size() || text[pos++] != '"')
+        return std::nullopt;
+    size_t start = pos;
+    while (pos < text.size() && text[pos] != '"') {
+        char c = text[pos];
+        if (c < 0x20 || c > 0x7e || c == '\\')
+            return std::nullopt;
+        pos++;
+    }
+    if (pos >= text.size())
+        return std::nullopt;
+    return std::string(text.substr(start, pos++ - start));
+}
+
 } // namespace
+
+std::string format_watermark(const Watermark &watermark) {
+    return "[" + std::to_string(watermark.low) + ", \"" + watermark.transaction_id + "\"]";
+}
+
+std::optional<Watermark> parse_watermark(std::string_view text) {
+    size_t pos = 0;
+    skip_space(text, pos);
+    if (pos >= text.size() || text[pos++] != '[')
+        return std::nullopt;
+    skip_space(text, pos);
+    auto low = parse_integer(text, pos);
+    skip_space(text, pos);
+    if (!low || pos >= text.size() || text[pos++] != ',')
+        return std::nullopt;
+    skip_space(text, pos);
+    auto id = parse_plain_string(text, pos);
+    skip_space(text, pos);
+    if (!id || pos >= text.size() || text[pos++] != ']')
+        return std::nullopt;
+    skip_space(text, pos);
+    if (pos != text.size())
+        return std::nullopt;
+    return Watermark{*low, *id};
+}
 
 std::optional<Cursor> parse_cursor(std::string_view text) {
     size_t pos = 0;

@@ -29,4 +29,22 @@ std::string format_cursor(const Cursor &cursor);
 // int64 and the second an int32.
 std::optional<Cursor> parse_cursor(std::string_view text);
 
+// A watermark of the cross-silo cascade, as Sentry keeps it in Redis:
+// json.dumps((low, transaction_id)), i.e. [12, "5f0c..."].  Every advance
+// stores sha1 of the previous transaction id (hex); a missing key starts at
+// a random one.
+struct Watermark {
+    int64_t low;
+    std::string transaction_id;
+    bool operator==(const Watermark &other) const {
+        return low == other.low && transaction_id == other.transaction_id;
+    }
+};
+
+std::string format_watermark(const Watermark &watermark);
+
+// nullopt unless text is a JSON array of an int64 and a string of printable
+// ASCII without escapes (what Sentry and pg_outbox write: hex digits).
+std::optional<Watermark> parse_watermark(std::string_view text);
+
 } // namespace pgoutbox

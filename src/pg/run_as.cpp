@@ -46,6 +46,11 @@ void run_as_table_owner(RunAs *scope, Relation rel) {
     begin(scope, rel->rd_rel->relowner);
 }
 
+char *qualified_name(Relation rel) {
+    return quote_qualified_identifier(get_namespace_name(RelationGetNamespace(rel)),
+                                      RelationGetRelationName(rel));
+}
+
 void refuse_forced_row_security(Relation rel) {
     if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
         ereport(

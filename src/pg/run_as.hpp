@@ -33,6 +33,9 @@ void run_as_extension_owner(RunAs *scope);
 void run_as_table_owner(RunAs *scope, Relation rel);
 void run_as_end(RunAs *scope);
 
+// rel's name, schema-qualified and quoted, for the SQL that reads it.
+char *qualified_name(Relation rel);
+
 // ERROR when an SQL read of rel as its owner would go through row-level
 // security (FORCE ROW LEVEL SECURITY): a policy would silently hide rows.
 void refuse_forced_row_security(Relation rel);

@@ -1,7 +1,9 @@
-// outbox.register_table, outbox.unregister_table and
-// outbox.set_replication_version pass through this gate.  It checks that the
-// caller owns the table and, unless a superuser, holds REGISTER on the
-// table's category (outbox.grant_category), then runs outbox._<same
+// outbox.register_table, outbox.unregister_table,
+// outbox.set_replication_version, outbox.register_foreign_key and
+// outbox.unregister_foreign_key pass through this gate.  It checks that the
+// caller owns the table and, for the table's own registration and unless a
+// superuser, holds REGISTER on its category (outbox.grant_category), then
+// runs outbox._<same
 // name>(<same arguments>), the SQL body, as pg_outbox's owner with
 // search_path pinned.  A SECURITY DEFINER function could not do the checks:
 // it no longer knows who called it.  The bodies are not executable by anyone
@@ -18,10 +20,16 @@ extern "C" {
 
 using namespace pgoutbox;
 
+// Which category a caller that is not a superuser must hold REGISTER on.
+enum class CategoryCheck {
+    Named,      // the one the second argument names (register_table)
+    Registered, // the table's own
+    None,       // none: owning the table is enough (its cross-silo references)
+};
+
 // Runs outbox._<name>(the caller's arguments) as the extension's owner once
-// the caller passed the checks.  names_category: the second argument is the
-// category to check REGISTER on (register_table); else the table's own.
-static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, bool names_category) {
+// the caller passed the checks.
+static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, CategoryCheck check) {
     Oid function = fcinfo->flinfo->fn_oid;
     if (PG_ARGISNULL(0))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("tbl must not be NULL"),
@@ -59,7 +67,8 @@ static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, bool na
     nulls[nargs] = '\0';
     appendStringInfoChar(&sql, ')');
 
-    if (!superuser_arg(caller)) {
+    if (!superuser_arg(caller) && check != CategoryCheck::None) {
+        bool names_category = check == CategoryCheck::Named;
         Oid types[3] = {OIDOID, REGCLASSOID, TEXTOID};
         Datum args[3] = {ObjectIdGetDatum(caller), ObjectIdGetDatum(relid),
                          names_category ? values[1] : (Datum)0};
@@ -74,13 +83,21 @@ static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, bool na
 }
 
 OUTBOX_FUNCTION(outbox_register_table) {
-    return table_owner_gate(fcinfo, "register_table", true);
+    return table_owner_gate(fcinfo, "register_table", CategoryCheck::Named);
 }
 
 OUTBOX_FUNCTION(outbox_unregister_table) {
-    return table_owner_gate(fcinfo, "unregister_table", false);
+    return table_owner_gate(fcinfo, "unregister_table", CategoryCheck::Registered);
 }
 
 OUTBOX_FUNCTION(outbox_set_replication_version) {
-    return table_owner_gate(fcinfo, "set_replication_version", false);
+    return table_owner_gate(fcinfo, "set_replication_version", CategoryCheck::Registered);
+}
+
+OUTBOX_FUNCTION(outbox_register_foreign_key) {
+    return table_owner_gate(fcinfo, "register_foreign_key", CategoryCheck::None);
+}
+
+OUTBOX_FUNCTION(outbox_unregister_foreign_key) {
+    return table_owner_gate(fcinfo, "unregister_foreign_key", CategoryCheck::None);
 }

@@ -132,3 +132,17 @@ TEST(BackfillWalk, HugeBudgetsAndSpansSaturate) {
     EXPECT_EQ(asked, (std::vector<int32_t>{INT32_MAX}));
     EXPECT_EQ(totals.ids, INT64_MAX);
 }
+
+TEST(WatermarkValue, FormatsLikePythonJsonDumpsAndReadsItBack) {
+    EXPECT_EQ(format_watermark({0, "ab12"}), "[0, \"ab12\"]");
+    EXPECT_EQ(parse_watermark("[0, \"ab12\"]"), (Watermark{0, "ab12"}));
+    EXPECT_EQ(parse_watermark(" [ 500 ,\"f\" ] "), (Watermark{500, "f"}));
+    EXPECT_EQ(parse_watermark(format_watermark({INT64_MAX, "x"})), (Watermark{INT64_MAX, "x"}));
+}
+
+TEST(WatermarkValue, RejectsAnythingElse) {
+    for (const char *bad :
+         {"", "[]", "[1]", "[1, 2]", "[\"a\", 1]", "[1, \"a\", 3]", "[1, \"a\"", "[1, \"a\\\"b\"]",
+          "[1, \"\xc3\xa9\"]", "[1.5, \"a\"]", "null", "[1, \"a\"] x", "[1, \"a\nb\"]"})
+        EXPECT_FALSE(parse_watermark(bad).has_value()) << bad;
+}

@@ -1,0 +1,255 @@
+// outbox.process_foreign_key_cascade(tbl, column_name, batch_size): one step
+// of the cross-silo cascade of a registered reference (SPEC section 7,
+// Sentry's process_hybrid_cloud_foreign_key_cascade_batch).  Two walks, each
+// with a watermark in the cursor store: the row walk over the child table
+// (row.<table_key>.<column>: catches child rows written after their
+// parent's tombstone was processed), then, once it has caught up, the
+// tombstone walk over new tombstones (tombstone.<table_key>.<column>).  A
+// batch finds the child rows whose column holds a tombstoned parent id and
+// applies on_delete: CASCADE deletes them, SET_NULL clears the column,
+// DO_NOTHING only advances.  At most cascade_chunk_size rows change per
+// call; a batch that could not finish leaves its watermark where it was, and
+// the next call does it again.  Every advance stores [up, sha1(previous
+// transaction id)].
+//
+// The tombstones and watermarks are read as the extension's owner; the child
+// table is read and changed as its owner, restricted (pg/run_as.hpp), so its
+// triggers, capture included, run as that owner: a deleted child that is
+// itself replicated writes its own outbox rows.
+//
+// Written without C++ objects that own resources around PostgreSQL calls:
+// errors unwind through it freely.
+#include "cascade/cascade.hpp"
+#include "cascade/cascade_plan.hpp"
+#include "cursor/cursor_store.hpp"
+#include "pg/guard.hpp"
+#include "pg/spi.hpp"
+
+extern "C" {
+#include "common/cryptohash.h"
+#include "common/sha1.h"
+}
+
+using namespace pgoutbox;
+
+// A tombstone may stand for many children: a step changes at most this many.
+int pgoutbox::cascade_chunk_size = 10000;
+
+namespace {
+
+struct ForeignKey {
+    Relation rel;
+    char *table; // the child, schema-qualified and quoted
+    char *column_name;
+    char *column; // quoted
+    char *table_key;
+    char *parent_table;
+    char *on_delete;
+    const char *tombstones; // outbox.cell_tombstone or outbox.control_tombstone
+};
+
+char *sha1_hex(const char *text) {
+    uint8 digest[SHA1_DIGEST_LENGTH];
+    pg_cryptohash_ctx *ctx = pg_cryptohash_create(PG_SHA1);
+    if (pg_cryptohash_init(ctx) < 0 ||
+        pg_cryptohash_update(ctx, (const uint8 *)text, strlen(text)) < 0 ||
+        pg_cryptohash_final(ctx, digest, sizeof digest) < 0)
+        elog(ERROR, "pg_outbox: could not compute sha1: %s", pg_cryptohash_error(ctx));
+    pg_cryptohash_free(ctx);
+    char *hex = (char *)palloc(2 * SHA1_DIGEST_LENGTH + 1);
+    hex_encode((const char *)digest, sizeof digest, hex);
+    hex[2 * SHA1_DIGEST_LENGTH] = '\0';
+    return hex;
+}
+
+void load(ForeignKey *fk, Oid relid, const char *column_name) {
+    MemoryContext caller = CurrentMemoryContext;
+    Oid types[2] = {REGCLASSOID, NAMEOID};
+    Datum args[2] = {ObjectIdGetDatum(relid), CStringGetDatum(column_name)};
+    bool found = false;
+    pg::spi_run_as(pg::extension_owner_role, "reading the foreign key",
+                   "SELECT f.table_key, f.parent_table, f.on_delete, f.parent_silo"
+                   " FROM outbox.registered_foreign_keys f"
+                   " WHERE f.relid = $1 AND f.column_name = $2",
+                   2, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64 rows) {
+                       if (rows == 0)
+                           return;
+                       found = true;
+                       HeapTuple row = SPI_tuptable->vals[0];
+                       TupleDesc desc = SPI_tuptable->tupdesc;
+                       MemoryContext old = MemoryContextSwitchTo(caller);
+                       fk->table_key = SPI_getvalue(row, desc, 1);
+                       fk->parent_table = SPI_getvalue(row, desc, 2);
+                       fk->on_delete = SPI_getvalue(row, desc, 3);
+                       // The parent's silo chooses the table: a deleted
+                       // control row is a cell tombstone.
+                       fk->tombstones = strcmp(SPI_getvalue(row, desc, 4), "control") == 0
+                                            ? "outbox.cell_tombstone"
+                                            : "outbox.control_tombstone";
+                       MemoryContextSwitchTo(old);
+                   });
+    if (!found)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("column %s of %s is not a registered foreign key", column_name,
+                               get_rel_name(relid)),
+                        errhint("Register it with outbox.register_foreign_key().")));
+    fk->column = pstrdup(quote_identifier(column_name));
+}
+
+// min(id) and max(id) of table, as role; false for an empty table.
+bool id_range(pg::RunAsRole role, const char *table, int64 *min_id, int64 *max_id) {
+    bool has_rows = false;
+    pg::spi_run_as(role, "reading the id range",
+                   psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
+                            " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
+                            table),
+                   0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                       bool isnull;
+                       HeapTuple row = SPI_tuptable->vals[0];
+                       Datum low = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
+                       if (isnull)
+                           return;
+                       has_rows = true;
+                       *min_id = DatumGetInt64(low);
+                       *max_id =
+                           DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+                   });
+    return has_rows;
+}
+
+// The distinct parent ids (a bigint[]) that sql returns in its first column,
+// as role, with its parameters.
+Datum parent_ids(pg::RunAsRole role, const char *what, const char *sql, int nargs, Oid *types,
+                 Datum *args) {
+    MemoryContext caller = CurrentMemoryContext;
+    Datum ids = (Datum)0;
+    pg::spi_run_as(role, what,
+                   psprintf("SELECT pg_catalog.array_agg(DISTINCT s.p) FROM (%s) s(p)"
+                            " WHERE s.p IS NOT NULL",
+                            sql),
+                   nargs, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                       bool isnull;
+                       Datum value =
+                           SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+                       if (isnull)
+                           return;
+                       MemoryContext old = MemoryContextSwitchTo(caller);
+                       ids = PointerGetDatum(DatumGetArrayTypePCopy(value));
+                       MemoryContextSwitchTo(old);
+                   });
+    return ids;
+}
+
+// Applies on_delete to the child rows that refer to the parents in ids;
+// true when all of them are done (at most cascade_chunk_size change).
+bool apply(const ForeignKey *fk, Datum ids) {
+    if (ids == (Datum)0 || strcmp(fk->on_delete, "DO_NOTHING") == 0)
+        return true;
+    const char *change =
+        strcmp(fk->on_delete, "CASCADE") == 0
+            ? psprintf("DELETE FROM %s t WHERE t.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT c.id"
+                       " FROM %s c WHERE c.%s OPERATOR(pg_catalog.=) ANY ($1) LIMIT $2))",
+                       fk->table, fk->table, fk->column)
+            : psprintf(
+                  "UPDATE %s t SET %s = NULL WHERE t.id OPERATOR(pg_catalog.=) ANY (ARRAY("
+                  "SELECT c.id FROM %s c WHERE c.%s OPERATOR(pg_catalog.=) ANY ($1) LIMIT $2))",
+                  fk->table, fk->column, fk->table, fk->column);
+    Oid types[2] = {INT8ARRAYOID, INT8OID};
+    Datum args[2] = {ids, Int64GetDatum((int64)cascade_chunk_size)};
+    int expected = strcmp(fk->on_delete, "CASCADE") == 0 ? SPI_OK_DELETE : SPI_OK_UPDATE;
+    uint64 changed = pg::spi_run_as(pg::table_owner_role(fk->rel), "applying on_delete", change, 2,
+                                    types, args, nullptr, false, 0, expected);
+    return changed < (uint64)cascade_chunk_size;
+}
+
+// One batch of the walk prefix ("row" or "tombstone"); whether it has more.
+bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size) {
+    char *key = psprintf("%s.%s.%s", prefix, fk->table_key, fk->column_name);
+    StoredWatermark watermark = watermark_read(key);
+    bool row_walk = strcmp(prefix, "row") == 0;
+    int64 min_id = 0, max_id = 0;
+    bool has_rows = row_walk ? id_range(pg::table_owner_role(fk->rel), fk->table, &min_id, &max_id)
+                             : id_range(pg::extension_owner_role, fk->tombstones, &min_id, &max_id);
+    WatermarkBatch batch = plan_watermark_batch(
+        watermark.low, has_rows ? std::optional<int64_t>(min_id) : std::nullopt,
+        has_rows ? std::optional<int64_t>(max_id) : std::nullopt, batch_size);
+    if (batch.low >= batch.up)
+        return batch.has_more; // no work: the watermark stays as it is
+    Datum ids;
+    if (row_walk) {
+        // The parents that the child rows in (low, up] refer to, as the
+        // child's owner; of those, the tombstoned ones.
+        Oid types[2] = {INT8OID, INT8OID};
+        Datum args[2] = {Int64GetDatum(batch.low), Int64GetDatum(batch.up)};
+        Datum referred = parent_ids(
+            pg::table_owner_role(fk->rel), "reading the child rows",
+            psprintf("SELECT c.%s::pg_catalog.int8 FROM %s c WHERE c.id OPERATOR(pg_catalog.>) $1"
+                     " AND c.id OPERATOR(pg_catalog.<=) $2",
+                     fk->column, fk->table),
+            2, types, args);
+        Oid tomb_types[2] = {TEXTOID, INT8ARRAYOID};
+        Datum tomb_args[2] = {CStringGetTextDatum(fk->parent_table), referred};
+        ids =
+            referred == (Datum)0
+                ? (Datum)0
+                : parent_ids(pg::extension_owner_role, "reading the tombstones",
+                             psprintf("SELECT t.object_identifier FROM %s t"
+                                      " WHERE t.table_name = $1 AND t.object_identifier = ANY ($2)",
+                                      fk->tombstones),
+                             2, tomb_types, tomb_args);
+    } else {
+        Oid types[3] = {TEXTOID, INT8OID, INT8OID};
+        Datum args[3] = {CStringGetTextDatum(fk->parent_table), Int64GetDatum(batch.low),
+                         Int64GetDatum(batch.up)};
+        ids = parent_ids(pg::extension_owner_role, "reading the tombstones",
+                         psprintf("SELECT t.object_identifier FROM %s t WHERE t.table_name = $1"
+                                  " AND t.id > $2 AND t.id <= $3",
+                                  fk->tombstones),
+                         3, types, args);
+    }
+    if (!apply(fk, ids))
+        return true; // not finished: the same batch again, watermark unmoved
+    StoredWatermark next;
+    next.low = batch.up;
+    strlcpy(next.transaction_id, sha1_hex(watermark.transaction_id), sizeof next.transaction_id);
+    watermark_write(key, next);
+    return batch.has_more;
+}
+
+void require(FunctionCallInfo fcinfo, int arg, const char *name) {
+    if (PG_ARGISNULL(arg))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", name)));
+}
+
+} // namespace
+
+// outbox.process_foreign_key_cascade(tbl, column_name, batch_size): the row
+// walk's batch, and, once the row walk has caught up, the tombstone walk's
+// (as Sentry: row(...) or tombstone(...)); true when there is more to do.
+OUTBOX_FUNCTION(outbox_process_foreign_key_cascade) {
+    require(fcinfo, 0, "tbl");
+    require(fcinfo, 1, "column_name");
+    require(fcinfo, 2, "batch_size");
+    Oid relid = PG_GETARG_OID(0);
+    const char *column_name = NameStr(*PG_GETARG_NAME(1));
+    int32 batch_size = PG_GETARG_INT32(2);
+    if (batch_size <= 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("batch_size must be positive, not %d", batch_size)));
+    // Locked before anything is read of it, and to the end of the
+    // transaction: a concurrent DROP waits, or has already happened.
+    Relation rel = try_relation_open(relid, RowExclusiveLock);
+    if (rel == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("tbl: relation with OID %u does not exist", relid)));
+    ForeignKey fk;
+    fk.rel = rel;
+    fk.table = pg::qualified_name(rel);
+    fk.column_name = pstrdup(column_name);
+    load(&fk, relid, column_name);
+    pg::refuse_forced_row_security(rel);
+    bool more = walk(&fk, "row", batch_size) || walk(&fk, "tombstone", batch_size);
+    relation_close(rel, NoLock);
+    PG_RETURN_BOOL(more);
+}
