@@ -270,6 +270,13 @@ BEGIN
                   HINT = 'Unregister the table with outbox.unregister_table() instead.';
     END IF;
 
+    -- A dropped table or column takes its cross-silo references with it.
+    DELETE FROM outbox.registered_foreign_keys f
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objid = f.relid
+       AND (d.objsubid = 0 OR (d.object_type = 'table column'
+                               AND d.address_names[3] = f.column_name));
+
     DELETE FROM outbox.registered_tables t
      USING pg_event_trigger_dropped_objects() d
      WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = t.relid;

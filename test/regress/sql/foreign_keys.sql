@@ -152,6 +152,11 @@ SELECT column_name, row_watermark, tombstone_watermark, state FROM outbox.foreig
 SELECT count(*) AS rows_in_the_table_store FROM outbox.watermarks WHERE key LIKE '%redis_child%';
 SET outbox.cursor_store = 'table';
 
+-- A dropped column or table takes its references with it.
+ALTER TABLE audit DROP COLUMN user_id;
+DROP TABLE team_member;
+SELECT relation, column_name FROM outbox.foreign_keys ORDER BY relation::text, column_name;
+
 -- Bad input.
 SELECT outbox.process_foreign_key_cascade('monitor', 'name');
 SELECT outbox.process_foreign_key_cascade('monitor', 'user_id', 0);
