@@ -30,10 +30,10 @@ extern "C" {
 #include "common/sha1.h"
 }
 
-using namespace pgoutbox;
+namespace pgoutbox {
 
 // A tombstone may stand for many children: a step changes at most this many.
-int pgoutbox::cascade_chunk_size = 10000;
+int cascade_chunk_size = 10000;
 
 namespace {
 
@@ -163,7 +163,8 @@ bool apply(const ForeignKey *fk, Datum ids) {
 }
 
 // One batch of the walk prefix ("row" or "tombstone"); whether it has more.
-bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size) {
+// Adds the ids the batch covered to *ids (0 when it had no work).
+bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids_covered) {
     char *key = psprintf("%s.%s.%s", prefix, fk->table_key, fk->column_name);
     StoredWatermark watermark = watermark_read(key);
     bool row_walk = strcmp(prefix, "row") == 0;
@@ -207,6 +208,7 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size) {
                                   fk->tombstones),
                          3, types, args);
     }
+    *ids_covered += batch.up - batch.low;
     if (!apply(fk, ids))
         return true; // not finished: the same batch again, watermark unmoved
     StoredWatermark next;
@@ -216,27 +218,9 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size) {
     return batch.has_more;
 }
 
-void require(FunctionCallInfo fcinfo, int arg, const char *name) {
-    if (PG_ARGISNULL(arg))
-        ereport(ERROR,
-                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", name)));
-}
-
 } // namespace
 
-// outbox.process_foreign_key_cascade(tbl, column_name, batch_size): the row
-// walk's batch, and, once the row walk has caught up, the tombstone walk's
-// (as Sentry: row(...) or tombstone(...)); true when there is more to do.
-OUTBOX_FUNCTION(outbox_process_foreign_key_cascade) {
-    require(fcinfo, 0, "tbl");
-    require(fcinfo, 1, "column_name");
-    require(fcinfo, 2, "batch_size");
-    Oid relid = PG_GETARG_OID(0);
-    const char *column_name = NameStr(*PG_GETARG_NAME(1));
-    int32 batch_size = PG_GETARG_INT32(2);
-    if (batch_size <= 0)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("batch_size must be positive, not %d", batch_size)));
+bool cascade_step(Oid relid, const char *column_name, int32 batch_size, int64 *ids_covered) {
     // Locked before anything is read of it, and to the end of the
     // transaction: a concurrent DROP waits, or has already happened.
     Relation rel = try_relation_open(relid, RowExclusiveLock);
@@ -249,7 +233,61 @@ OUTBOX_FUNCTION(outbox_process_foreign_key_cascade) {
     fk.column_name = pstrdup(column_name);
     load(&fk, relid, column_name);
     pg::refuse_forced_row_security(rel);
-    bool more = walk(&fk, "row", batch_size) || walk(&fk, "tombstone", batch_size);
+    *ids_covered = 0;
+    // As Sentry: row(...) or tombstone(...).
+    bool more = walk(&fk, "row", batch_size, ids_covered) ||
+                walk(&fk, "tombstone", batch_size, ids_covered);
     relation_close(rel, NoLock);
-    PG_RETURN_BOOL(more);
+    return more;
+}
+
+int registered_foreign_keys(MemoryContext context, Oid **tables, char ***columns, char ***names) {
+    int n = (int)pg::spi_run("listing the foreign keys",
+                             "SELECT f.relid::pg_catalog.oid, f.column_name::pg_catalog.text,"
+                             " f.relid::pg_catalog.text FROM outbox.registered_foreign_keys f"
+                             " ORDER BY f.table_key, f.column_name",
+                             0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT);
+    // After the statement: SPI switches to its own context on every call.
+    MemoryContext old = MemoryContextSwitchTo(context);
+    *tables = (Oid *)palloc(sizeof(Oid) * Max(n, 1));
+    *columns = (char **)palloc(sizeof(char *) * Max(n, 1));
+    *names = (char **)palloc(sizeof(char *) * Max(n, 1));
+    for (int i = 0; i < n; i++) {
+        bool isnull;
+        HeapTuple row = SPI_tuptable->vals[i];
+        (*tables)[i] = DatumGetObjectId(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+        (*columns)[i] = SPI_getvalue(row, SPI_tuptable->tupdesc, 2);
+        (*names)[i] = SPI_getvalue(row, SPI_tuptable->tupdesc, 3);
+    }
+    MemoryContextSwitchTo(old);
+    return n;
+}
+
+} // namespace pgoutbox
+
+using namespace pgoutbox;
+
+namespace {
+
+void require(FunctionCallInfo fcinfo, int arg, const char *name) {
+    if (PG_ARGISNULL(arg))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", name)));
+}
+
+} // namespace
+
+// outbox.process_foreign_key_cascade(tbl, column_name, batch_size): one
+// cascade_step; true when there is more to do.
+OUTBOX_FUNCTION(outbox_process_foreign_key_cascade) {
+    require(fcinfo, 0, "tbl");
+    require(fcinfo, 1, "column_name");
+    require(fcinfo, 2, "batch_size");
+    int32 batch_size = PG_GETARG_INT32(2);
+    if (batch_size <= 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("batch_size must be positive, not %d", batch_size)));
+    int64 ids_covered;
+    PG_RETURN_BOOL(
+        cascade_step(PG_GETARG_OID(0), NameStr(*PG_GETARG_NAME(1)), batch_size, &ids_covered));
 }

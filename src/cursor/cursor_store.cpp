@@ -6,6 +6,7 @@
 #include "settings.hpp"
 
 extern "C" {
+#include "access/xlog.h"
 #include "mb/pg_wchar.h"
 #include "nodes/pg_list.h"
 }
@@ -78,7 +79,18 @@ void flush_pending() {
     redis::Error error;
     volatile bool ok = false;
     PG_TRY();
-    { ok = redis::mset(nkeys, keys, values, &error); }
+    {
+        // The keys move in Redis only once this backend's commits are
+        // durable: the worker commits with synchronous_commit = off, and a
+        // commit lost in a crash after its key moved would skip its batch
+        // for good; so would an earlier commit that the move takes for
+        // granted (a cascade's partial steps move no key, and the step that
+        // moves it may write no WAL, so that its commit flushes nothing).
+        // The end of this backend's last commit record covers both.
+        if (!XLogRecPtrIsInvalid(XactLastCommitEnd))
+            XLogFlush(XactLastCommitEnd);
+        ok = redis::mset(nkeys, keys, values, &error);
+    }
     PG_CATCH();
     {
         pg::forget_abandoned_frames();

@@ -3,6 +3,8 @@
 // savepoint pattern is PL/pgSQL's exception block.
 #include "drain/drain.hpp"
 
+#include "cascade/tombstones.hpp"
+
 #include "pg/guard.hpp"
 #include "pg/hash.hpp"
 #include "pg/spi.hpp"
@@ -600,6 +602,29 @@ void deliver(DrainBatch *batch, const RowNow *now_rows, const Message *messages,
         }
 }
 
+// The delivered messages of each category that has one registered table in
+// its silo, handed to record_tombstones: those whose row is gone leave a
+// tombstone.
+void tombstones_of_deleted_rows(const DrainBatch *batch, const Message *messages, int nmessages,
+                                const bool *delivered) {
+    const Registry *registry = registry_get();
+    if (registry->nsole_tables == 0 || nmessages == 0)
+        return;
+    auto *ids = (int64 *)palloc(sizeof(int64) * nmessages);
+    for (int t = 0; t < registry->nsole_tables; t++) {
+        const SoleTable *table = &registry->sole_tables[t];
+        int n = 0;
+        for (int m = 0; m < nmessages; m++) {
+            const Message *message = &messages[m];
+            bool control = batch->segments[message->segment].shard.silo == Silo::Control;
+            if (delivered[m] && message->category == table->category && control == table->control)
+                ids[n++] = message->object_identifier;
+        }
+        record_tombstones(table, ids, n);
+    }
+    pfree(ids);
+}
+
 } // namespace
 
 void refuse_drain_in_handler(const char *function) {
@@ -662,6 +687,7 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
     if (nmessages > 0)
         deliver(batch, now_rows, messages, nmessages, handlers, nhandlers, delivered, failed_at,
                 errors, stats);
+    tombstones_of_deleted_rows(batch, messages, nmessages, delivered);
 
     // Delete what was delivered; back off what failed, from the failing
     // message on; clear the error of a backed-off shard that went through.

@@ -208,8 +208,8 @@ static void load_outbox_table(OutboxTable *table, const char *name, const char *
     table_close(rel, AccessShareLock);
 }
 
-// Cells and handlers, read as the extension's owner.
-static void load_cells_and_handlers(Registry *fresh) {
+// Cells, sole tables and handlers, read as the extension's owner.
+static void load_registrations(Registry *fresh) {
     pg::spi_run_as(pg::extension_owner_role, "reading outbox.cells",
                    "SELECT name FROM outbox.cells ORDER BY name", 0, nullptr, nullptr, nullptr,
                    true, 0, SPI_OK_SELECT, [fresh](uint64 rows) {
@@ -223,6 +223,26 @@ static void load_cells_and_handlers(Registry *fresh) {
                    });
     fresh->message_type = GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("message"),
                                           ObjectIdGetDatum(outbox_namespace()));
+    pg::spi_run_as(
+        pg::extension_owner_role, "reading outbox.registered_tables",
+        "SELECT r.category, r.silo = 'control', r.relid::pg_catalog.oid, r.table_key"
+        " FROM outbox.registered_tables r WHERE NOT EXISTS (SELECT FROM outbox.registered_tables o"
+        " WHERE o.category = r.category AND o.silo = r.silo AND o.relid <> r.relid)",
+        0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT, [fresh](uint64 rows) {
+            fresh->nsole_tables = (int)rows;
+            fresh->sole_tables = (SoleTable *)MemoryContextAllocZero(
+                fresh->context, sizeof(SoleTable) * Max(fresh->nsole_tables, 1));
+            for (int i = 0; i < fresh->nsole_tables; i++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[i];
+                TupleDesc desc = SPI_tuptable->tupdesc;
+                SoleTable *table = &fresh->sole_tables[i];
+                table->category = DatumGetInt32(SPI_getbinval(row, desc, 1, &isnull));
+                table->control = DatumGetBool(SPI_getbinval(row, desc, 2, &isnull));
+                table->relid = DatumGetObjectId(SPI_getbinval(row, desc, 3, &isnull));
+                table->table_key = MemoryContextStrdup(fresh->context, SPI_getvalue(row, desc, 4));
+            }
+        });
     if (!OidIsValid(fresh->handlers_relid))
         return;
     pg::spi_run_as(
@@ -267,7 +287,7 @@ const Registry *registry_get() {
     load_outbox_table(&fresh->control_outbox, "control_outbox", "control_outbox_id_seq",
                       outbox_natts(true));
     MemoryContextSwitchTo(old);
-    load_cells_and_handlers(fresh);
+    load_registrations(fresh);
 
     MemoryContextSetParent(context, CacheMemoryContext);
     if (registry != nullptr)

@@ -75,6 +75,16 @@ struct OutboxTable {
 // rest; drain/ owns what is done with it (resolve_handlers in drain.cpp
 // checks each function and calls it).  A cache of its own in drain/ would
 // be a second copy of this cache's invalidation and retirement.
+// A category's only registered table in a silo: a message of the category
+// whose row is gone from it was a deletion, and leaves a tombstone (SPEC
+// section 7; Sentry has one model per category).
+struct SoleTable {
+    int32 category;
+    bool control;
+    Oid relid;
+    const char *table_key;
+};
+
 struct Registry {
     MemoryContext context;
     Oid registry_relid; // outbox.registered_tables
@@ -88,6 +98,8 @@ struct Registry {
     int32 *handler_categories;
     Oid *handler_functions; // may have been dropped since: drain/ checks
     Oid message_type;       // outbox.message, or InvalidOid before 0.3.0
+    int nsole_tables;
+    SoleTable *sole_tables;
 };
 
 bool is_outbox_relation(const Registry *registry, Oid relid);

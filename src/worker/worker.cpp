@@ -21,6 +21,7 @@
 
 #include "backfill/backfill_batch.hpp"
 #include "backfill/backfill_walk.hpp"
+#include "cascade/cascade.hpp"
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
@@ -229,15 +230,16 @@ int next_pause(int pause_ms) {
     return Min(Max(pause_ms * 2, 1000), 60000);
 }
 
-void table_failed(Oid relid, const char *name, const ErrorData *error) {
+// job: "backfill" or "cascade"; the table's other job goes on.
+void table_failed(const char *job, Oid relid, const char *name, const ErrorData *error) {
     TablePause *pause = table_pause(relid, true);
     pause->pause_ms = next_pause(pause->pause_ms);
     pause->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pause->pause_ms);
-    ereport(LOG, (errmsg("pg_outbox worker: backfill of %s failed: %s", name, error->message),
-                  errdetail("Its backfill is retried in %d s; other tables go on.",
+    ereport(LOG, (errmsg("pg_outbox worker: %s of %s failed: %s", job, name, error->message),
+                  errdetail("Its %s is retried in %d s; other tables go on.", job,
                             pause->pause_ms / 1000)));
     char what[128];
-    snprintf(what, sizeof what, "backfill of %s", name);
+    snprintf(what, sizeof what, "%s of %s", job, name);
     record_error(what, error->message);
 }
 
@@ -283,7 +285,7 @@ void backfill(int64 budget) {
             if (store_down)
                 store_failed(error);
             else
-                table_failed(tables[i], names[i], error);
+                table_failed("backfill", tables[i], names[i], error);
             FreeErrorData(error);
             return store_down ? BatchOutcome::Stop : BatchOutcome::Nothing;
         }
@@ -300,6 +302,52 @@ void backfill(int64 budget) {
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->rows_backfilled = saturating_add(worker_shared->rows_backfilled, totals.ids);
     SpinLockRelease(&worker_shared->mutex);
+}
+
+// The cross-silo cascade (cascade/): each registered reference in turn, a
+// step (one transaction) at a time, until it has nothing more or budget ids
+// are covered.  Returns the ids covered: steps without work cost nothing.
+// A failing cursor store pauses it with the backfill; a failing reference
+// (a hostile trigger, a dropped index) pauses its table's cascade.
+int64 cascade(int64 budget) {
+    TimestampTz now = GetCurrentTimestamp();
+    if (budget <= 0 || (backfill_paused && now < backfill_retry_at))
+        return 0;
+    Oid *tables = nullptr;
+    char **columns = nullptr;
+    char **names = nullptr;
+    int n = 0;
+    in_transaction(
+        "pg_outbox: listing foreign keys",
+        [&] { n = registered_foreign_keys(cycle_context, &tables, &columns, &names); }, nullptr);
+    int64 used = 0;
+    for (int i = 0; i < n && used < budget; i++) {
+        TablePause *pause = table_pause(tables[i], false);
+        if (pause != nullptr && now < pause->retry_at)
+            continue;
+        bool more = true;
+        while (more && used < budget) {
+            CHECK_FOR_INTERRUPTS();
+            int64 ids = 0;
+            ErrorData *error = nullptr;
+            bool ok = in_transaction(
+                "pg_outbox: cascading",
+                [&] { more = cascade_step(tables[i], columns[i], cascade_batch_size, &ids); },
+                &error);
+            if (!ok) {
+                if (ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION) {
+                    store_failed(error);
+                    FreeErrorData(error);
+                    return used;
+                }
+                table_failed("cascade", tables[i], names[i], error);
+                FreeErrorData(error);
+                break;
+            }
+            used = saturating_add(used, ids);
+        }
+    }
+    return used;
 }
 
 // Returns whether it delivered anything (then the next cycle starts at
@@ -325,9 +373,18 @@ bool cycle() {
         window_used = 0;
     }
     window_used += scheduled;
+    // The cascade and the backfill share what is left: when both have work,
+    // the cascade takes at most half, the backfill the rest, and the cascade
+    // what the backfill did not use.
     int64 budget = (int64)backfill_rate_per_minute - window_used;
     if (budget > 0)
+        window_used = saturating_add(window_used, cascade((budget + 1) / 2));
+    budget = (int64)backfill_rate_per_minute - window_used;
+    if (budget > 0)
         backfill(budget);
+    budget = (int64)backfill_rate_per_minute - window_used;
+    if (budget > 0)
+        window_used = saturating_add(window_used, cascade(budget));
 
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->last_cycle_end = GetCurrentTimestamp();

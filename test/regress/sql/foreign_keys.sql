@@ -165,6 +165,46 @@ SELECT outbox.unregister_foreign_key('monitor', 'name');
 SELECT outbox.unregister_foreign_key('monitor', 'owner_id');
 SELECT count(*) FROM outbox.registered_foreign_keys;
 
+-- Tombstones from the drain (Sentry's maybe_process_tombstone): a delivered
+-- message whose row is gone from the only table registered under its
+-- category leaves a tombstone, in the table of the other silo.  Then a
+-- nested cascade: a deleted control user takes its cell members (through
+-- capture), whose deletions leave control tombstones, which take the
+-- control notes about those members.
+CREATE FUNCTION noop_handler(m outbox.message) RETURNS void LANGUAGE sql AS '';
+SELECT outbox.register_handler('user_update', 'noop_handler(outbox.message)');
+SELECT outbox.register_handler('monitor_update', 'noop_handler(outbox.message)');
+CREATE TABLE member_note (id int PRIMARY KEY, member_id bigint);
+CREATE INDEX ON member_note (member_id);
+SELECT outbox.register_foreign_key('member_note', 'member_id', 'cell_member', 'CASCADE');
+INSERT INTO auth_user VALUES (10), (11), (12);
+INSERT INTO cell_member VALUES (20, 12, 10), (21, 12, 11), (22, 11, 10);
+INSERT INTO member_note VALUES (1, 20), (2, 21), (3, 22);
+CREATE FUNCTION pg_temp.drain_all() RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    total bigint := 0;
+    n bigint;
+BEGIN
+    LOOP
+        n := outbox.drain();
+        total := total + n;
+        EXIT WHEN n = 0;
+    END LOOP;
+    RETURN total;
+END
+$$;
+SELECT pg_temp.drain_all() > 0 AS drained;
+SELECT count(*) AS tombstones_of_live_rows FROM outbox.cell_tombstone WHERE object_identifier IN (10, 11, 12);
+DELETE FROM auth_user WHERE id IN (10, 12);
+SELECT pg_temp.drain_all() > 0 AS drained;
+SELECT table_name, object_identifier FROM outbox.cell_tombstone WHERE object_identifier >= 10 ORDER BY 2;
+SELECT outbox.process_foreign_key_cascade('cell_member', 'user_id');
+SELECT id, user_id FROM cell_member ORDER BY id;
+SELECT pg_temp.drain_all() > 0 AS drained;
+SELECT table_name, object_identifier FROM outbox.control_tombstone ORDER BY 2;
+SELECT outbox.process_foreign_key_cascade('member_note', 'member_id');
+SELECT id, member_id FROM member_note ORDER BY id;
+
 -- Roles: the table's owner registers its own references; nobody else can,
 -- and only the extension's owner records tombstones or runs the cascade.
 -- pg_monitor reads the view.

@@ -1,0 +1,51 @@
+#include "cascade/tombstones.hpp"
+
+#include "pg/guard.hpp"
+#include "pg/spi.hpp"
+
+namespace pgoutbox {
+
+void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
+    if (n == 0)
+        return;
+    Relation rel = try_relation_open(table->relid, AccessShareLock);
+    if (rel == nullptr)
+        return;
+    if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) {
+        relation_close(rel, AccessShareLock);
+        return;
+    }
+    auto *items = (Datum *)palloc(sizeof(Datum) * n);
+    for (int i = 0; i < n; i++)
+        items[i] = Int64GetDatum(ids[i]);
+    Oid types[1] = {INT8ARRAYOID};
+    Datum args[1] = {PointerGetDatum(construct_array(items, n, INT8OID, 8, true, TYPALIGN_DOUBLE))};
+    MemoryContext caller = CurrentMemoryContext;
+    Datum gone = (Datum)0;
+    pg::spi_run_as(
+        pg::table_owner_role(rel), "finding deleted rows",
+        psprintf("SELECT pg_catalog.array_agg(x) FROM pg_catalog.unnest($1) x"
+                 " WHERE NOT EXISTS (SELECT FROM %s t WHERE t.id OPERATOR(pg_catalog.=) x)",
+                 pg::qualified_name(rel)),
+        1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+            bool isnull;
+            Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+            if (isnull)
+                return;
+            MemoryContext old = MemoryContextSwitchTo(caller);
+            gone = PointerGetDatum(DatumGetArrayTypePCopy(value));
+            MemoryContextSwitchTo(old);
+        });
+    relation_close(rel, NoLock);
+    if (gone == (Datum)0)
+        return;
+    Oid insert_types[2] = {TEXTOID, INT8ARRAYOID};
+    Datum insert_args[2] = {CStringGetTextDatum(table->table_key), gone};
+    pg::spi_run_as(pg::extension_owner_role, "recording tombstones",
+                   psprintf("INSERT INTO outbox.%s (table_name, object_identifier)"
+                            " SELECT $1, pg_catalog.unnest($2) ON CONFLICT DO NOTHING",
+                            table->control ? "cell_tombstone" : "control_tombstone"),
+                   2, insert_types, insert_args, nullptr, false, 0, SPI_OK_INSERT);
+}
+
+} // namespace pgoutbox
