@@ -148,15 +148,19 @@ CREATE OR REPLACE FUNCTION outbox._watermark_peek(key text, OUT low bigint,
     OUT transaction_id text)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__watermark_peek';
 
--- Every registered reference: its watermarks (NULL: none yet), the
--- tombstones of its parent table above the tombstone watermark, and its
--- state: pending (tombstones above the watermark), idle (caught up) or
--- watermark_unavailable (the cursor store is down, or a value is not a
--- watermark: see the error of process_foreign_key_cascade).
+-- Every registered reference: its watermarks (NULL: none yet); how far
+-- each is behind the largest id of what it walks (the child table, read as
+-- its owner; the tombstones); the tombstones of its parent table above the
+-- tombstone watermark and the age of the oldest of them (Sentry's
+-- processing lag); and its state: pending (tombstones above the
+-- watermark), idle (caught up) or watermark_unavailable (the cursor store
+-- is down, or a value is not a watermark: see
+-- outbox.worker_status.last_error).
 CREATE OR REPLACE FUNCTION outbox._foreign_keys()
 RETURNS TABLE (relation regclass, column_name name, parent_table text, on_delete text,
                table_key text, row_watermark bigint, tombstone_watermark bigint,
-               pending_tombstones bigint, state text)
+               row_delta bigint, tombstone_delta bigint, pending_tombstones bigint,
+               processing_lag interval, state text)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -190,12 +194,25 @@ BEGIN
             END;
         END IF;
         IF f.parent_silo = 'control' THEN
-            SELECT count(*) INTO pending_tombstones FROM outbox.cell_tombstone c
+            SELECT count(*), now() - min(c.created_at) INTO pending_tombstones, processing_lag
+              FROM outbox.cell_tombstone c
              WHERE c.table_name = f.parent_table AND c.id > coalesce(tombstone_watermark, 0);
+            SELECT max(c.id) - coalesce(tombstone_watermark, 0) INTO tombstone_delta
+              FROM outbox.cell_tombstone c;
         ELSE
-            SELECT count(*) INTO pending_tombstones FROM outbox.control_tombstone c
+            SELECT count(*), now() - min(c.created_at) INTO pending_tombstones, processing_lag
+              FROM outbox.control_tombstone c
              WHERE c.table_name = f.parent_table AND c.id > coalesce(tombstone_watermark, 0);
+            SELECT max(c.id) - coalesce(tombstone_watermark, 0) INTO tombstone_delta
+              FROM outbox.control_tombstone c;
         END IF;
+        -- As the table's owner: its index predicates and operators run when
+        -- this is planned.
+        SELECT i.max_id - coalesce(row_watermark, 0) INTO row_delta
+          FROM outbox._table_id_range(f.relid) i;
+        row_delta := greatest(coalesce(row_delta, 0), 0);
+        tombstone_delta := greatest(coalesce(tombstone_delta, 0), 0);
+        processing_lag := coalesce(processing_lag, interval '0');
         state := CASE WHEN NOT readable THEN 'watermark_unavailable'
                       WHEN pending_tombstones > 0 THEN 'pending' ELSE 'idle' END;
         RETURN NEXT;

@@ -225,6 +225,14 @@ BEGIN
                 ['pg_outbox_backfill_version', 'gauge', 'Backfill cursor version.'],
                 ['pg_outbox_backfill_fraction_done', 'gauge', 'Share of the table''s ids backfilled.'],
                 ['pg_outbox_backfill_state', 'gauge', 'Backfill state (1 for the current one).'],
+                ['pg_outbox_cascade_low_bound', 'gauge',
+                 'Cascade watermark (Sentry''s low_bound), per reference and walk.'],
+                ['pg_outbox_cascade_watermark_delta', 'gauge',
+                 'Ids the cascade walk has yet to cover, per reference and walk.'],
+                ['pg_outbox_cascade_processing_lag_seconds', 'gauge',
+                 'Age of the oldest tombstone the cascade has yet to process (Sentry''s processing_lag).'],
+                ['pg_outbox_cascade_pending_tombstones', 'gauge',
+                 'Tombstones above the cascade''s tombstone watermark.'],
                 ['pg_outbox_worker_up', 'gauge', 'Whether the background worker is running.'],
                 ['pg_outbox_worker_last_cycle_end_timestamp_seconds', 'gauge',
                  'When the worker last finished a cycle.'],
@@ -292,6 +300,23 @@ BEGIN
                 ('pg_outbox_backfill_version', '', b.cursor_version::text),
                 ('pg_outbox_backfill_fraction_done', '', b.fraction_done::text),
                 ('pg_outbox_backfill_state', ',state=' || outbox._prometheus_label(b.state), '1')
+             ) AS v(family, labels, value)
+            UNION ALL
+            SELECT v.family,
+                   format('table_key=%s,column=%s', outbox._prometheus_label(k.table_key),
+                          outbox._prometheus_label(k.column_name)) || v.labels,
+                   v.value, 0::bigint
+              FROM outbox.foreign_keys k
+             CROSS JOIN LATERAL (VALUES
+                ('pg_outbox_cascade_low_bound', ',watermark="row"', k.row_watermark::text),
+                ('pg_outbox_cascade_low_bound', ',watermark="tombstone"',
+                 k.tombstone_watermark::text),
+                ('pg_outbox_cascade_watermark_delta', ',watermark="row"', k.row_delta::text),
+                ('pg_outbox_cascade_watermark_delta', ',watermark="tombstone"',
+                 k.tombstone_delta::text),
+                ('pg_outbox_cascade_processing_lag_seconds', '',
+                 extract(epoch FROM k.processing_lag)::text),
+                ('pg_outbox_cascade_pending_tombstones', '', k.pending_tombstones::text)
              ) AS v(family, labels, value)
             UNION ALL
             SELECT v.family, '', v.value, 0::bigint

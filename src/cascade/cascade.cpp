@@ -28,6 +28,7 @@
 extern "C" {
 #include "common/cryptohash.h"
 #include "common/sha1.h"
+#include "lib/stringinfo.h"
 }
 
 namespace pgoutbox {
@@ -140,26 +141,105 @@ Datum parent_ids(pg::RunAsRole role, const char *what, const char *sql, int narg
     return ids;
 }
 
-// Applies on_delete to the child rows that refer to the parents in ids;
-// true when all of them are done (at most cascade_chunk_size change).
-bool apply(const ForeignKey *fk, Datum ids) {
+// Where the last step of a batch stopped: the largest ctid it changed.
+// The next step of the same batch picks rows above it, so that a batch with
+// many children scans the table (or its index) once rather than once per
+// step.  Only a hint, of this backend: a batch is done only when a pass from
+// the first page finds fewer rows than a chunk and changes all of them, so a
+// row the hint made a step pass over (an index scan returns rows out of
+// ctid order; an update may move a row back) is still found.
+struct ResumeHint {
+    Oid relid;
+    NameData column;
+    bool row_walk;
+    int64 low;
+    int64 up;
+    ItemPointerData after;
+};
+ResumeHint resume = {InvalidOid, {{0}}, false, 0, 0, {{0, 0}, 0}};
+
+// ids (an int8[]) as an SQL constant: '{1,2,3}'::pg_catalog.int8[].
+char *int8_array_literal(Datum ids) {
+    Datum *items;
+    bool *nulls;
+    int n;
+    deconstruct_array(DatumGetArrayTypeP(ids), INT8OID, 8, true, TYPALIGN_DOUBLE, &items, &nulls,
+                      &n);
+    StringInfoData literal;
+    initStringInfo(&literal);
+    appendStringInfoString(&literal, "'{");
+    for (int i = 0; i < n; i++)
+        appendStringInfo(&literal, "%s" INT64_FORMAT, i > 0 ? "," : "", DatumGetInt64(items[i]));
+    appendStringInfoString(&literal, "}'::pg_catalog.int8[]");
+    return literal.data;
+}
+
+// Applies on_delete to the child rows that refer to the parents in ids, at
+// most cascade_chunk_size of them, changed by ctid (a TID scan) if they
+// still refer to one of the parents.  The ids go into the statement as a
+// constant, which PostgreSQL hashes: the planner then chooses between the
+// column's index (few children) and a scan of the table's pages in order
+// (many).  True when all of them are done.
+bool apply(const ForeignKey *fk, bool row_walk, const WatermarkBatch &batch, Datum ids) {
     if (ids == (Datum)0 || strcmp(fk->on_delete, "DO_NOTHING") == 0)
         return true;
-    const char *change =
-        strcmp(fk->on_delete, "CASCADE") == 0
-            ? psprintf("DELETE FROM %s t WHERE t.id OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT c.id"
-                       " FROM %s c WHERE c.%s OPERATOR(pg_catalog.=) ANY ($1) LIMIT $2))",
-                       fk->table, fk->table, fk->column)
-            : psprintf(
-                  "UPDATE %s t SET %s = NULL WHERE t.id OPERATOR(pg_catalog.=) ANY (ARRAY("
-                  "SELECT c.id FROM %s c WHERE c.%s OPERATOR(pg_catalog.=) ANY ($1) LIMIT $2))",
-                  fk->table, fk->column, fk->table, fk->column);
-    Oid types[2] = {INT8ARRAYOID, INT8OID};
-    Datum args[2] = {ids, Int64GetDatum((int64)cascade_chunk_size)};
-    int expected = strcmp(fk->on_delete, "CASCADE") == 0 ? SPI_OK_DELETE : SPI_OK_UPDATE;
-    uint64 changed = pg::spi_run_as(pg::table_owner_role(fk->rel), "applying on_delete", change, 2,
-                                    types, args, nullptr, false, 0, expected);
-    return changed < (uint64)cascade_chunk_size;
+    bool same_batch = resume.relid == RelationGetRelid(fk->rel) &&
+                      strcmp(NameStr(resume.column), fk->column_name) == 0 &&
+                      resume.row_walk == row_walk && resume.low == batch.low &&
+                      resume.up == batch.up;
+    ItemPointerData after;
+    if (same_batch)
+        after = resume.after;
+    else
+        ItemPointerSet(&after, 0, 0);
+    bool from_start = ItemPointerGetBlockNumberNoCheck(&after) == 0 &&
+                      ItemPointerGetOffsetNumberNoCheck(&after) == 0;
+    const char *parents = int8_array_literal(ids);
+    const char *change = strcmp(fk->on_delete, "CASCADE") == 0
+                             ? psprintf("DELETE FROM %s t", fk->table)
+                             : psprintf("UPDATE %s t SET %s = NULL", fk->table, fk->column);
+    const char *sql =
+        psprintf("WITH picked AS MATERIALIZED (SELECT c.ctid AS tid FROM %s c"
+                 " WHERE c.ctid OPERATOR(pg_catalog.>) $2 AND c.%s OPERATOR(pg_catalog.=) ANY (%s)"
+                 " LIMIT $1),"
+                 " changed AS (%s WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.tid FROM "
+                 "picked p))"
+                 " AND t.%s OPERATOR(pg_catalog.=) ANY (%s) RETURNING t.ctid)"
+                 " SELECT (SELECT pg_catalog.count(*) FROM picked), (SELECT pg_catalog.count(*) "
+                 "FROM changed),"
+                 " (SELECT pg_catalog.max(p.tid) FROM picked p)",
+                 fk->table, fk->column, parents, change, fk->column, parents);
+    Oid types[2] = {INT8OID, TIDOID};
+    Datum args[2] = {Int64GetDatum((int64)cascade_chunk_size), PointerGetDatum(&after)};
+    int64 picked = 0, changed = 0;
+    ItemPointerData last;
+    ItemPointerSetInvalid(&last);
+    pg::spi_run_as(pg::table_owner_role(fk->rel), "applying on_delete", sql, 2, types, args,
+                   nullptr, false, 1, SPI_OK_SELECT, [&](uint64) {
+                       bool isnull;
+                       HeapTuple row = SPI_tuptable->vals[0];
+                       TupleDesc desc = SPI_tuptable->tupdesc;
+                       picked = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+                       changed = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+                       Datum max_tid = SPI_getbinval(row, desc, 3, &isnull);
+                       if (!isnull)
+                           last = *(ItemPointer)DatumGetPointer(max_tid);
+                   });
+    bool chunk_full = picked >= cascade_chunk_size;
+    bool done = from_start && !chunk_full && changed == picked;
+    resume.relid = RelationGetRelid(fk->rel);
+    namestrcpy(&resume.column, fk->column_name);
+    resume.row_walk = row_walk;
+    resume.low = batch.low;
+    resume.up = batch.up;
+    // A full chunk goes on after its last row; anything else (a pass that
+    // reached the end, a row changed meanwhile) starts again from the first
+    // page, and that pass decides.
+    if (chunk_full && changed == picked && ItemPointerIsValid(&last))
+        resume.after = last;
+    else
+        ItemPointerSet(&resume.after, 0, 0);
+    return done;
 }
 
 // One batch of the walk prefix ("row" or "tombstone"); whether it has more.
@@ -209,7 +289,7 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
                          3, types, args);
     }
     *ids_covered += batch.up - batch.low;
-    if (!apply(fk, ids))
+    if (!apply(fk, row_walk, batch, ids))
         return true; // not finished: the same batch again, watermark unmoved
     StoredWatermark next;
     next.low = batch.up;

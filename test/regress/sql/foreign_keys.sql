@@ -39,7 +39,8 @@ SELECT outbox.record_tombstone('cell', 'auth_user', 2);
 SELECT outbox.record_tombstone('moon', 'auth_user', 2);
 SELECT outbox.record_tombstone('cell', 'auth_user', NULL);
 SELECT table_name, object_identifier FROM outbox.cell_tombstone;
-SELECT column_name, pending_tombstones, state FROM outbox.foreign_keys;
+SELECT column_name, pending_tombstones, state, row_delta, tombstone_delta,
+       processing_lag > interval '0' AS lagging FROM outbox.foreign_keys;
 
 -- A batch of size 1 walks the rows one id at a time, then the tombstones;
 -- each advance stores sha1 of the previous transaction id.
@@ -83,6 +84,10 @@ SELECT column_name, row_watermark, tombstone_watermark, pending_tombstones, stat
 CREATE TEMP TABLE before AS SELECT * FROM outbox.watermarks;
 SELECT outbox.process_foreign_key_cascade('monitor', 'user_id');
 SELECT count(*) AS unchanged FROM outbox.watermarks w JOIN before b USING (key, low, transaction_id);
+
+-- What the cascade shows in metrics(), per reference and walk.
+SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
+ WHERE line LIKE 'pg_outbox_cascade%';
 
 -- A child row written after its parent's tombstone was processed: the row
 -- walk catches it.
