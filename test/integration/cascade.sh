@@ -16,16 +16,6 @@ cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 10000000
 
 source "$root/test/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
-wait_for() {
-    local deadline=$((SECONDS + $1)) got
-    while ((SECONDS < deadline)); do
-        got=$(q -c "$2")
-        [[ $got == "$3" ]] && return 0
-        sleep 0.2
-    done
-    echo "  waited $1 s for '$3', last saw '$got'" >&2
-    return 1
-}
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 members_of() { q -c "SELECT count(*) FROM member WHERE user_id BETWEEN $1 AND $2"; }
 
