@@ -10,9 +10,9 @@ namespace pgoutbox {
 // Records a tombstone for each of the n ids that table has no row for any
 // more: in cell_tombstone for a control table, in control_tombstone for a
 // cell table; one already there is kept.  The table is read as its owner; a
-// table dropped meanwhile, or one that forces row-level security on its
-// owner (the read could not tell a hidden row from a deleted one), records
-// nothing.
+// table dropped meanwhile, one that forces row-level security on its owner
+// (the read could not tell a hidden row from a deleted one), or one its owner
+// cannot read (a WARNING then) records nothing.
 void record_tombstones(const SoleTable *table, const int64 *ids, int n);
 
 } // namespace pgoutbox

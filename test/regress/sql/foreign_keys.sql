@@ -210,6 +210,31 @@ SELECT table_name, object_identifier FROM outbox.control_tombstone ORDER BY 2;
 SELECT outbox.process_foreign_key_cascade('member_note', 'member_id');
 SELECT id, member_id FROM member_note ORDER BY id;
 
+-- The drain reads a deleted row's table as its owner: an owner who made
+-- its own table unreadable (here: no SELECT for itself) loses its own
+-- tombstones, with a WARNING, and stops nobody else's delivery.
+CREATE ROLE fk_guest;
+SELECT outbox.register_category('guest_update', 'User', 2);
+SELECT outbox.register_handler('guest_update', 'noop_handler(outbox.message)');
+CREATE TABLE guest (id bigint PRIMARY KEY);
+ALTER TABLE guest OWNER TO fk_guest;
+SELECT outbox.register_table('guest', 'guest_update', 'control', shard_column => 'id');
+INSERT INTO guest VALUES (1);
+INSERT INTO auth_user VALUES (13);
+SELECT pg_temp.drain_all() > 0 AS drained;
+REVOKE ALL ON guest FROM fk_guest;
+DELETE FROM guest;
+DELETE FROM auth_user WHERE id = 13;
+SET client_min_messages = error;
+SELECT pg_temp.drain_all() > 0 AS drained;
+RESET client_min_messages;
+SELECT count(*) AS left_in_outbox FROM outbox.control_outbox;
+SELECT table_name, object_identifier FROM outbox.cell_tombstone
+ WHERE table_name = 'guest' OR object_identifier = 13 ORDER BY 1;
+SELECT outbox.unregister_table('guest');
+DROP TABLE guest;
+DROP ROLE fk_guest;
+
 -- Roles: the table's owner registers its own references; nobody else can,
 -- and only the extension's owner records tombstones or runs the cascade.
 -- pg_monitor reads the view.
