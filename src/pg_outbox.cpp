@@ -140,8 +140,8 @@ void _PG_init(void) {
         &drain_batch_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.cascade_chunk_size",
-        "Child rows one step of a cross-silo cascade deletes or updates at most.",
-        "A step that reaches it leaves its watermark where it was and goes on in the next.",
+        "Child rows one step of a cross-silo cascade deletes or updates, about.",
+        "A batch that is not done leaves its watermark where it was and goes on in the next step.",
         &cascade_chunk_size, 10000, 1, 1000000, PGC_SUSET, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.compact_min_size",

@@ -29,6 +29,7 @@ extern "C" {
 #include "common/cryptohash.h"
 #include "common/sha1.h"
 #include "lib/stringinfo.h"
+#include "storage/bufmgr.h"
 }
 
 namespace pgoutbox {
@@ -97,23 +98,26 @@ void load(ForeignKey *fk, Oid relid, const char *column_name) {
     fk->column = pstrdup(quote_identifier(column_name));
 }
 
-// min(id) and max(id) of table, as role; false for an empty table.
-bool id_range(pg::RunAsRole role, const char *table, int64 *min_id, int64 *max_id) {
+// max(id) of table, as role, and min(id) when with_min (only a walk
+// without a watermark needs it: a cascade leaves dead index entries at the
+// low end, which min(id) would wade through at every step); false for an
+// empty table.
+bool id_range(pg::RunAsRole role, const char *table, bool with_min, int64 *min_id, int64 *max_id) {
     bool has_rows = false;
     pg::spi_run_as(role, "reading the id range",
-                   psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
-                            " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
-                            table),
+                   psprintf("SELECT pg_catalog.max(t.id)::pg_catalog.int8%s FROM %s t",
+                            with_min ? ", pg_catalog.min(t.id)::pg_catalog.int8" : "", table),
                    0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
                        bool isnull;
                        HeapTuple row = SPI_tuptable->vals[0];
-                       Datum low = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
+                       Datum high = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
                        if (isnull)
                            return;
                        has_rows = true;
-                       *min_id = DatumGetInt64(low);
-                       *max_id =
-                           DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+                       *max_id = DatumGetInt64(high);
+                       *min_id = with_min ? DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc,
+                                                                        2, &isnull))
+                                          : *max_id;
                    });
     return has_rows;
 }
@@ -141,22 +145,31 @@ Datum parent_ids(pg::RunAsRole role, const char *what, const char *sql, int narg
     return ids;
 }
 
-// Where the last step of a batch stopped: the largest ctid it changed.
-// The next step of the same batch picks rows above it, so that a batch with
-// many children scans the table (or its index) once rather than once per
-// step.  Only a hint, of this backend: a batch is done only when a pass from
-// the first page finds fewer rows than a chunk and changes all of them, so a
-// row the hint made a step pass over (an index scan returns rows out of
-// ctid order; an update may move a row back) is still found.
+// Where the last step of a batch stopped, so that a batch with many
+// children reads the table once rather than once per step.  Only a hint, of
+// this backend: a batch is done only when a pass from the first page picks
+// fewer rows than a chunk and changes all of them, so a row that a step
+// passed over (an index scan returns rows out of ctid order; an update may
+// move a row back) is still found.
+//
+// A step picks at most a chunk of rows, then changes them by ctid.  When a
+// chunk picked in page order is dense (a tenth or more of the rows on its
+// pages refer to the parents), the batch is a big one, and picking costs
+// more than it saves: the following steps change a range of pages in one
+// statement (a TID range scan, as a plain DELETE reads), sized from the rows
+// per page seen so far so that a step changes about a chunk.  At the end of
+// the table, a pass from the first page decides.
 struct ResumeHint {
     Oid relid;
     NameData column;
     bool row_walk;
     int64 low;
     int64 up;
-    ItemPointerData after;
+    ItemPointerData after; // pick rows above it; (0,0): a pass from the start
+    BlockNumber next_page; // by page ranges from here, when pages > 0
+    BlockNumber pages;
 };
-ResumeHint resume = {InvalidOid, {{0}}, false, 0, 0, {{0, 0}, 0}};
+ResumeHint resume = {InvalidOid, {{0}}, false, 0, 0, {{0, 0}, 0}, 0, 0};
 
 // ids (an int8[]) as an SQL constant: '{1,2,3}'::pg_catalog.int8[].
 char *int8_array_literal(Datum ids) {
@@ -174,12 +187,92 @@ char *int8_array_literal(Datum ids) {
     return literal.data;
 }
 
-// Applies on_delete to the child rows that refer to the parents in ids, at
-// most cascade_chunk_size of them, changed by ctid (a TID scan) if they
-// still refer to one of the parents.  The ids go into the statement as a
-// constant, which PostgreSQL hashes: the planner then chooses between the
-// column's index (few children) and a scan of the table's pages in order
-// (many).  True when all of them are done.
+// "DELETE FROM <table> t" or "UPDATE <table> t SET <column> = NULL".
+const char *change_statement(const ForeignKey *fk) {
+    return strcmp(fk->on_delete, "CASCADE") == 0
+               ? psprintf("DELETE FROM %s t", fk->table)
+               : psprintf("UPDATE %s t SET %s = NULL", fk->table, fk->column);
+}
+
+// Changes the rows of pages [first, first + pages) that refer to the
+// parents; returns how many.
+int64 change_pages(const ForeignKey *fk, const char *parents, BlockNumber first,
+                   BlockNumber pages) {
+    const char *sql = psprintf("%s WHERE t.ctid OPERATOR(pg_catalog.>=) $1"
+                               " AND t.ctid OPERATOR(pg_catalog.<) $2"
+                               " AND t.%s OPERATOR(pg_catalog.=) ANY (%s)",
+                               change_statement(fk), fk->column, parents);
+    ItemPointerData from, to;
+    ItemPointerSet(&from, first, 0);
+    ItemPointerSet(&to, first + pages, 0);
+    Oid types[2] = {TIDOID, TIDOID};
+    Datum args[2] = {PointerGetDatum(&from), PointerGetDatum(&to)};
+    return (int64)pg::spi_run_as(
+        pg::table_owner_role(fk->rel), "applying on_delete", sql, 2, types, args, nullptr, false, 0,
+        strcmp(fk->on_delete, "CASCADE") == 0 ? SPI_OK_DELETE : SPI_OK_UPDATE);
+}
+
+// Picks at most a chunk of the rows above after that refer to the parents,
+// and changes those that still do, by ctid.  Sets *last to the largest ctid
+// picked, *first_page to the smallest page.
+void pick_and_change(const ForeignKey *fk, const char *parents, ItemPointerData after,
+                     int64 *picked, int64 *changed, ItemPointerData *last,
+                     BlockNumber *first_page) {
+    const char *sql = psprintf(
+        "WITH picked AS MATERIALIZED (SELECT c.ctid AS tid FROM %s c"
+        " WHERE c.ctid OPERATOR(pg_catalog.>) $2 AND c.%s OPERATOR(pg_catalog.=) ANY (%s)"
+        " LIMIT $1),"
+        " changed AS (%s WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.tid FROM "
+        "picked p))"
+        " AND t.%s OPERATOR(pg_catalog.=) ANY (%s) RETURNING t.ctid)"
+        " SELECT (SELECT pg_catalog.count(*) FROM picked), (SELECT pg_catalog.count(*) "
+        "FROM changed),"
+        " (SELECT pg_catalog.max(p.tid) FROM picked p), (SELECT pg_catalog.min(p.tid) FROM "
+        "picked p)",
+        fk->table, fk->column, parents, change_statement(fk), fk->column, parents);
+    Oid types[2] = {INT8OID, TIDOID};
+    Datum args[2] = {Int64GetDatum((int64)cascade_chunk_size), PointerGetDatum(&after)};
+    ItemPointerSetInvalid(last);
+    *first_page = InvalidBlockNumber;
+    pg::spi_run_as(pg::table_owner_role(fk->rel), "applying on_delete", sql, 2, types, args,
+                   nullptr, false, 1, SPI_OK_SELECT, [&](uint64) {
+                       bool isnull;
+                       HeapTuple row = SPI_tuptable->vals[0];
+                       TupleDesc desc = SPI_tuptable->tupdesc;
+                       *picked = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+                       *changed = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
+                       Datum max_tid = SPI_getbinval(row, desc, 3, &isnull);
+                       if (!isnull)
+                           *last = *(ItemPointer)DatumGetPointer(max_tid);
+                       Datum min_tid = SPI_getbinval(row, desc, 4, &isnull);
+                       if (!isnull)
+                           *first_page =
+                               ItemPointerGetBlockNumber((ItemPointer)DatumGetPointer(min_tid));
+                   });
+}
+
+// Pages that hold about a chunk of the rows to change, from a chunk found
+// on pages [first, last]: 0 when those rows are too sparse for reading
+// page ranges to pay (fewer than a tenth of the rows on the pages, by the
+// table's statistics), or for a partitioned table, whose partitions'
+// ctids overlap.
+BlockNumber pages_for_a_chunk(Relation rel, BlockNumber first, BlockNumber last) {
+    if (rel->rd_rel->relkind != RELKIND_RELATION)
+        return 0;
+    BlockNumber span = last - first + 1;
+    double tuples = rel->rd_rel->reltuples;
+    BlockNumber relpages = rel->rd_rel->relpages;
+    if (tuples <= 0 || relpages == 0)
+        return 0;
+    double rows_on_span = tuples / relpages * span;
+    return (double)cascade_chunk_size * 10 >= rows_on_span ? span : 0;
+}
+
+// Applies on_delete to the child rows that refer to the parents in ids,
+// about cascade_chunk_size of them per call (see ResumeHint).  The ids go
+// into the statement as a constant, which PostgreSQL hashes: the planner
+// then chooses between the column's index (few children) and a scan of the
+// table's pages in order (many).  True when all of them are done.
 bool apply(const ForeignKey *fk, bool row_walk, const WatermarkBatch &batch, Datum ids) {
     if (ids == (Datum)0 || strcmp(fk->on_delete, "DO_NOTHING") == 0)
         return true;
@@ -187,59 +280,50 @@ bool apply(const ForeignKey *fk, bool row_walk, const WatermarkBatch &batch, Dat
                       strcmp(NameStr(resume.column), fk->column_name) == 0 &&
                       resume.row_walk == row_walk && resume.low == batch.low &&
                       resume.up == batch.up;
-    ItemPointerData after;
-    if (same_batch)
-        after = resume.after;
-    else
-        ItemPointerSet(&after, 0, 0);
+    if (!same_batch) {
+        resume.relid = RelationGetRelid(fk->rel);
+        namestrcpy(&resume.column, fk->column_name);
+        resume.row_walk = row_walk;
+        resume.low = batch.low;
+        resume.up = batch.up;
+        ItemPointerSet(&resume.after, 0, 0);
+        resume.pages = 0;
+    }
+    const char *parents = int8_array_literal(ids);
+    if (resume.pages > 0) {
+        BlockNumber first = resume.next_page;
+        int64 changed = change_pages(fk, parents, first, resume.pages);
+        resume.next_page = first + resume.pages;
+        if (resume.next_page >= RelationGetNumberOfBlocks(fk->rel)) {
+            resume.pages = 0; // the end: a pass from the first page decides
+            ItemPointerSet(&resume.after, 0, 0);
+        } else {
+            // About a chunk next time, growing at most twofold.
+            double scale = changed > 0 ? (double)cascade_chunk_size / changed : 2.0;
+            resume.pages = (BlockNumber)Max(1.0, Min(2.0, scale) * resume.pages);
+        }
+        return false;
+    }
+    ItemPointerData after = resume.after;
     bool from_start = ItemPointerGetBlockNumberNoCheck(&after) == 0 &&
                       ItemPointerGetOffsetNumberNoCheck(&after) == 0;
-    const char *parents = int8_array_literal(ids);
-    const char *change = strcmp(fk->on_delete, "CASCADE") == 0
-                             ? psprintf("DELETE FROM %s t", fk->table)
-                             : psprintf("UPDATE %s t SET %s = NULL", fk->table, fk->column);
-    const char *sql =
-        psprintf("WITH picked AS MATERIALIZED (SELECT c.ctid AS tid FROM %s c"
-                 " WHERE c.ctid OPERATOR(pg_catalog.>) $2 AND c.%s OPERATOR(pg_catalog.=) ANY (%s)"
-                 " LIMIT $1),"
-                 " changed AS (%s WHERE t.ctid OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT p.tid FROM "
-                 "picked p))"
-                 " AND t.%s OPERATOR(pg_catalog.=) ANY (%s) RETURNING t.ctid)"
-                 " SELECT (SELECT pg_catalog.count(*) FROM picked), (SELECT pg_catalog.count(*) "
-                 "FROM changed),"
-                 " (SELECT pg_catalog.max(p.tid) FROM picked p)",
-                 fk->table, fk->column, parents, change, fk->column, parents);
-    Oid types[2] = {INT8OID, TIDOID};
-    Datum args[2] = {Int64GetDatum((int64)cascade_chunk_size), PointerGetDatum(&after)};
     int64 picked = 0, changed = 0;
     ItemPointerData last;
-    ItemPointerSetInvalid(&last);
-    pg::spi_run_as(pg::table_owner_role(fk->rel), "applying on_delete", sql, 2, types, args,
-                   nullptr, false, 1, SPI_OK_SELECT, [&](uint64) {
-                       bool isnull;
-                       HeapTuple row = SPI_tuptable->vals[0];
-                       TupleDesc desc = SPI_tuptable->tupdesc;
-                       picked = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-                       changed = DatumGetInt64(SPI_getbinval(row, desc, 2, &isnull));
-                       Datum max_tid = SPI_getbinval(row, desc, 3, &isnull);
-                       if (!isnull)
-                           last = *(ItemPointer)DatumGetPointer(max_tid);
-                   });
+    BlockNumber first_page;
+    pick_and_change(fk, parents, after, &picked, &changed, &last, &first_page);
     bool chunk_full = picked >= cascade_chunk_size;
-    bool done = from_start && !chunk_full && changed == picked;
-    resume.relid = RelationGetRelid(fk->rel);
-    namestrcpy(&resume.column, fk->column_name);
-    resume.row_walk = row_walk;
-    resume.low = batch.low;
-    resume.up = batch.up;
     // A full chunk goes on after its last row; anything else (a pass that
     // reached the end, a row changed meanwhile) starts again from the first
     // page, and that pass decides.
-    if (chunk_full && changed == picked && ItemPointerIsValid(&last))
+    ItemPointerSet(&resume.after, 0, 0);
+    if (chunk_full && changed == picked && ItemPointerIsValid(&last)) {
         resume.after = last;
-    else
-        ItemPointerSet(&resume.after, 0, 0);
-    return done;
+        BlockNumber last_page = ItemPointerGetBlockNumber(&last);
+        resume.pages =
+            first_page <= last_page ? pages_for_a_chunk(fk->rel, first_page, last_page) : 0;
+        resume.next_page = last_page; // the rest of its page too
+    }
+    return from_start && !chunk_full && changed == picked;
 }
 
 // One batch of the walk prefix ("row" or "tombstone"); whether it has more.
@@ -249,8 +333,10 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
     StoredWatermark watermark = watermark_read(key);
     bool row_walk = strcmp(prefix, "row") == 0;
     int64 min_id = 0, max_id = 0;
-    bool has_rows = row_walk ? id_range(pg::table_owner_role(fk->rel), fk->table, &min_id, &max_id)
-                             : id_range(pg::extension_owner_role, fk->tombstones, &min_id, &max_id);
+    bool with_min = watermark.low == 0; // as plan_watermark_batch
+    bool has_rows =
+        row_walk ? id_range(pg::table_owner_role(fk->rel), fk->table, with_min, &min_id, &max_id)
+                 : id_range(pg::extension_owner_role, fk->tombstones, with_min, &min_id, &max_id);
     WatermarkBatch batch = plan_watermark_batch(
         watermark.low, has_rows ? std::optional<int64_t>(min_id) : std::nullopt,
         has_rows ? std::optional<int64_t>(max_id) : std::nullopt, batch_size);
