@@ -16,7 +16,7 @@ MODULEDIR = extension
 # by the same extension/functions/*.sql.  All of them are written into
 # extension/ by make; test/integration/upgrade.sh checks that each released
 # version, upgraded, equals a fresh install.
-RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0
+RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 0.8.0
 EXT_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pg_outbox.control)
 LAST_RELEASED := $(lastword $(RELEASED))
 TABLES_SQL := $(sort $(wildcard extension/tables/*.sql))

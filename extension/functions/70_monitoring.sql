@@ -15,10 +15,41 @@ RETURNS TABLE (silo text, shard_scope int, shard_identifier bigint, cell_name te
                last_error_at timestamptz, attempts int, shards bigint)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__shard_depth';
 
+-- The view adds the shards that are paused or have dead letters but no
+-- rows (depth 0), and for each shard: its state (due, backed_off, paused,
+-- or empty), the failing message (what outbox.skip_message takes) and its
+-- dead letters.  attempts counts the failing message's failures in a row.
 CREATE OR REPLACE VIEW outbox.shard_depth AS
-SELECT d.silo, d.shard_scope, d.shard_identifier, d.cell_name, d.depth, d.oldest_date_added,
-       d.next_scheduled_for, d.last_error, d.last_error_at, d.attempts
-  FROM outbox._shard_depth(NULL, false) d;
+WITH d AS MATERIALIZED (SELECT * FROM outbox._shard_depth(NULL, false)),
+     p AS (SELECT p.silo, p.shard_scope, p.shard_identifier, p.cell_name AS cell_key
+             FROM outbox.paused_shards p),
+     l AS (SELECT l.silo, l.shard_scope, l.shard_identifier, coalesce(l.cell_name, '') AS cell_key,
+                  count(*) AS dead_letters
+             FROM outbox.dead_letters l GROUP BY 1, 2, 3, 4),
+     x AS (SELECT p.silo, p.shard_scope, p.shard_identifier, p.cell_key FROM p
+           UNION SELECT l.silo, l.shard_scope, l.shard_identifier, l.cell_key FROM l),
+     s AS (SELECT d.*, coalesce(d.cell_name, '') AS cell_key FROM d
+           UNION ALL
+           SELECT x.silo, x.shard_scope, x.shard_identifier, nullif(x.cell_key, ''), 0, NULL, NULL,
+                  NULL, NULL, NULL, NULL, x.cell_key
+             FROM x
+            WHERE NOT EXISTS (SELECT FROM d
+                               WHERE (d.silo, d.shard_scope, d.shard_identifier, coalesce(d.cell_name, ''))
+                                   = (x.silo, x.shard_scope, x.shard_identifier, x.cell_key)))
+SELECT s.silo, s.shard_scope, s.shard_identifier, s.cell_name, s.depth, s.oldest_date_added,
+       s.next_scheduled_for, s.last_error, s.last_error_at, s.attempts,
+       CASE WHEN p.silo IS NOT NULL THEN 'paused'
+            WHEN s.depth = 0 THEN 'empty'
+            WHEN s.next_scheduled_for > now() THEN 'backed_off'
+            ELSE 'due' END AS state,
+       e.category, e.object_identifier, coalesce(l.dead_letters, 0) AS dead_letters
+  FROM s
+  LEFT JOIN p USING (silo, shard_scope, shard_identifier, cell_key)
+  LEFT JOIN l USING (silo, shard_scope, shard_identifier, cell_key)
+  LEFT JOIN outbox.shard_errors e
+         ON (e.silo, e.shard_scope, e.shard_identifier, e.cell_name)
+          = (s.silo, s.shard_scope, s.shard_identifier, s.cell_key)
+ ORDER BY s.depth DESC, s.silo, s.shard_scope, s.shard_identifier, s.cell_name;
 
 ------------------------------------------------------------------------------
 -- Backfill status
@@ -220,6 +251,10 @@ BEGIN
                 ['pg_outbox_shards', 'gauge', 'Shards with rows waiting.'],
                 ['pg_outbox_oldest_age_seconds', 'gauge', 'Age of the oldest waiting outbox row.'],
                 ['pg_outbox_shards_failing', 'gauge', 'Shards backed off after a handler error.'],
+                ['pg_outbox_shards_paused', 'gauge', 'Shards paused by outbox.pause_shard.'],
+                ['pg_outbox_dead_letters', 'gauge', 'Rows in outbox.dead_letters.'],
+                ['pg_outbox_dead_letter_oldest_age_seconds', 'gauge',
+                 'Age of the oldest dead letter (since it was moved there).'],
                 ['pg_outbox_backfill_low_bound', 'gauge',
                  'Backfill cursor lower bound (Sentry''s backfill_outboxes.low_bound).'],
                 ['pg_outbox_backfill_version', 'gauge', 'Backfill cursor version.'],
@@ -292,6 +327,17 @@ BEGIN
                 ('pg_outbox_shards_failing', t.failing::text)
              ) AS v(family, value)
             UNION ALL
+            SELECT v.family, 'silo=' || outbox._prometheus_label(k.silo), v.value, 0::bigint
+              FROM (VALUES ('cell'), ('control')) AS k(silo)
+             CROSS JOIN LATERAL (VALUES
+                ('pg_outbox_shards_paused',
+                 (SELECT count(*) FROM outbox.paused_shards p WHERE p.silo = k.silo)::text),
+                ('pg_outbox_dead_letters',
+                 (SELECT count(*) FROM outbox.dead_letters l WHERE l.silo = k.silo)::text),
+                ('pg_outbox_dead_letter_oldest_age_seconds',
+                 (SELECT coalesce(extract(epoch FROM now() - min(l.dead_at)), 0)
+                    FROM outbox.dead_letters l WHERE l.silo = k.silo)::text)
+             ) AS v(family, value)            UNION ALL
             SELECT v.family, 'table_key=' || outbox._prometheus_label(b.table_key) || v.labels,
                    v.value, 0::bigint
               FROM outbox.backfill_status b

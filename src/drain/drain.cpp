@@ -43,10 +43,20 @@ constexpr int cache_reserve = 8;
 
 } // namespace
 
+const char *unpaused(Silo silo) {
+    return silo == Silo::Cell
+               ? " AND NOT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'cell'"
+                 " AND p.shard_scope = o.shard_scope AND p.shard_identifier = o.shard_identifier"
+                 " AND p.cell_name = '')"
+               : " AND NOT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'control'"
+                 " AND p.shard_scope = o.shard_scope AND p.shard_identifier = o.shard_identifier"
+                 " AND p.cell_name = o.cell_name)";
+}
+
 // The claim is an advisory lock held to the end of the transaction.  Its
 // fourth field (pg_advisory_* use 1 and 2) keeps it apart from application
 // advisory locks; a hash collision only makes a shard wait a cycle.
-bool claim_shard(const ShardKey *shard) {
+bool claim_shard(const ShardKey *shard, bool wait) {
     uint32 cell_hash = shard->cell_name ? hash_bytes((const unsigned char *)shard->cell_name,
                                                      (int)strlen(shard->cell_name))
                                         : 0;
@@ -57,7 +67,7 @@ bool claim_shard(const ShardKey *shard) {
     LOCKTAG tag;
     SET_LOCKTAG_ADVISORY(tag, MyDatabaseId, (uint32)((uint64)shard->shard_identifier >> 32),
                          (uint32)shard->shard_identifier, field4);
-    return LockAcquire(&tag, ExclusiveLock, false, true) != LOCKACQUIRE_NOT_AVAIL;
+    return LockAcquire(&tag, ExclusiveLock, false, !wait) != LOCKACQUIRE_NOT_AVAIL;
 }
 
 Oid shard_partition(const ShardKey *shard) {
@@ -160,12 +170,12 @@ bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now
     return unchanged;
 }
 
-// The shards of the batch that failed in another session after the batch's
-// rows were read: their outbox.shard_errors row was written by a transaction
-// the read snapshot did not see.  One query per batch.
-void skip_failed_since_read(DrainBatch *batch) {
-    if (batch->read_snapshot == nullptr)
-        return;
+// The shards of the batch that must not be delivered now, though they were
+// read: those paused (outbox.pause_shard) and those that failed in another
+// session after the batch's rows were read (their outbox.shard_errors row
+// was written by a transaction the read snapshot did not see).  One query
+// per silo and batch.
+void skip_stopped_shards(DrainBatch *batch) {
     for (int silo = 0; silo < 2; silo++) {
         Silo which = silo == 0 ? Silo::Cell : Silo::Control;
         int n = 0;
@@ -192,28 +202,35 @@ void skip_failed_since_read(DrainBatch *batch) {
             PointerGetDatum(
                 construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
             PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT))};
-        // With the latest snapshot, taken after the claims: a failure
-        // committed before them is seen, whatever the isolation level.
+        // With the latest snapshot, taken after the claims: a failure or a
+        // pause committed before them is seen, whatever the isolation level
+        // (pause_shard waits for the claim).
         PushActiveSnapshot(GetLatestSnapshot());
-        uint64 found =
-            spi("looking up shard errors",
-                "SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin"
-                " FROM outbox.shard_errors e JOIN ROWS FROM (pg_catalog.unnest($2), "
-                "pg_catalog.unnest($3),"
-                " pg_catalog.unnest($4)) k (s, i, c)"
-                " ON e.shard_scope = k.s AND e.shard_identifier = k.i AND e.cell_name = k.c"
-                " WHERE e.silo = $1",
-                4, types, args, true, SPI_OK_SELECT);
+        uint64 found = spi("looking up stopped shards",
+                           "WITH k (s, i, c) AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($2),"
+                           " pg_catalog.unnest($3), pg_catalog.unnest($4)))"
+                           " SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin, false"
+                           " FROM outbox.shard_errors e JOIN k ON e.shard_scope = k.s"
+                           " AND e.shard_identifier = k.i AND e.cell_name = k.c WHERE e.silo = $1"
+                           " UNION ALL"
+                           " SELECT p.shard_scope, p.shard_identifier, p.cell_name, NULL, true"
+                           " FROM outbox.paused_shards p JOIN k ON p.shard_scope = k.s"
+                           " AND p.shard_identifier = k.i AND p.cell_name = k.c WHERE p.silo = $1",
+                           4, types, args, true, SPI_OK_SELECT);
         PopActiveSnapshot();
         for (uint64 r = 0; r < found; r++) {
             HeapTuple tuple = SPI_tuptable->vals[r];
             TupleDesc desc = SPI_tuptable->tupdesc;
             bool isnull;
-            TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tuple, desc, 4, &isnull));
-            // Seen by the read: the rows were read after it, backed off.
-            if (TransactionIdIsCurrentTransactionId(xmin) ||
-                !XidInMVCCSnapshot(xmin, batch->read_snapshot))
-                continue;
+            bool paused = DatumGetBool(SPI_getbinval(tuple, desc, 5, &isnull));
+            if (!paused) {
+                // Seen by the read (the rows were read after it, backed
+                // off), or no read before the claim (drain_shard).
+                TransactionId xmin = DatumGetTransactionId(SPI_getbinval(tuple, desc, 4, &isnull));
+                if (batch->read_snapshot == nullptr || TransactionIdIsCurrentTransactionId(xmin) ||
+                    !XidInMVCCSnapshot(xmin, batch->read_snapshot))
+                    continue;
+            }
             int32 scope = DatumGetInt32(SPI_getbinval(tuple, desc, 1, &isnull));
             int64 identifier = DatumGetInt64(SPI_getbinval(tuple, desc, 2, &isnull));
             char *cell = SPI_getvalue(tuple, desc, 3);
@@ -484,7 +501,11 @@ void back_off_rest(const DrainSegment *segment, int64 after_id) {
         shard->cell_name ? 4 : 3, types, args, false, SPI_OK_UPDATE);
 }
 
-void record_error(const ShardKey *shard, const Message *failed, const char *error) {
+// Records a shard's failure; returns how many times in a row its failing
+// message has failed, and sets *max_attempts to its category's.  A failure
+// of another message starts the count again.
+int32 record_error(const ShardKey *shard, const Message *failed, const char *error,
+                   int32 *max_attempts) {
     Oid types[7] = {TEXTOID, INT4OID, INT8OID, TEXTOID, TEXTOID, INT4OID, INT8OID};
     Datum args[7] = {CStringGetTextDatum(silo_text(shard->silo)),
                      Int32GetDatum(shard->shard_scope),
@@ -498,10 +519,60 @@ void record_error(const ShardKey *shard, const Message *failed, const char *erro
         " attempts, last_error, last_error_at, category, object_identifier)"
         " VALUES ($1, $2, $3, $4, 1, $5, now(), $6, $7)"
         " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
-        " attempts = e.attempts + 1, last_error = excluded.last_error,"
+        " attempts = CASE WHEN e.category = excluded.category"
+        " AND e.object_identifier = excluded.object_identifier THEN e.attempts + 1 ELSE 1 END,"
+        " last_error = excluded.last_error,"
         " last_error_at = excluded.last_error_at, category = excluded.category,"
-        " object_identifier = excluded.object_identifier",
-        7, types, args, false, SPI_OK_INSERT);
+        " object_identifier = excluded.object_identifier"
+        " RETURNING e.attempts, (SELECT c.max_attempts FROM outbox.categories c"
+        " WHERE c.id = e.category)",
+        7, types, args, false, SPI_OK_INSERT_RETURNING);
+    bool isnull;
+    int32 attempts =
+        DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    Datum max = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 2, &isnull);
+    *max_attempts = isnull ? 0 : DatumGetInt32(max);
+    return attempts;
+}
+
+// Moves rows (by ctid) of a shard's partition to outbox.dead_letters, in
+// id order.
+void dead_letter_rows(const DrainSegment *segment, const ItemPointerData *tids, int n,
+                      int32 attempts, const char *error) {
+    Oid types[4] = {TIDARRAYOID, TEXTOID, INT4OID, TEXTOID};
+    Datum args[4] = {tid_array(tids, n), CStringGetTextDatum(silo_text(segment->shard.silo)),
+                     Int32GetDatum(attempts), CStringGetTextDatum(error)};
+    spi("moving a message to the dead letters",
+        psprintf(
+            "WITH moved AS (DELETE FROM %s o WHERE o.ctid = ANY ($1) RETURNING o.*)"
+            " INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier,"
+            " cell_name, category, object_identifier, payload, outbox_id, date_added,"
+            " attempts, last_error)"
+            " SELECT $2, m.shard_scope, m.shard_identifier, %s, m.category,"
+            " m.object_identifier, m.payload, m.id, m.date_added, $3, $4"
+            " FROM moved m ORDER BY m.id",
+            quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
+                                       get_rel_name(segment->partition)),
+            segment->shard.silo == Silo::Control ? "m.cell_name" : "NULL"),
+        4, types, args, false, SPI_OK_INSERT);
+}
+
+// The shard's rows that wait for a backoff are due now: a shard whose
+// failing message went to the dead letters goes on with the next.
+void make_due(const DrainSegment *segment) {
+    const ShardKey *shard = &segment->shard;
+    Oid types[3] = {INT4OID, INT8OID, TEXTOID};
+    Datum args[3] = {Int32GetDatum(shard->shard_scope), Int64GetDatum(shard->shard_identifier),
+                     CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
+    spi("making a shard due",
+        psprintf(
+            "UPDATE %s SET scheduled_from = pg_catalog.now(),"
+            " scheduled_for = pg_catalog.now() WHERE shard_scope = $1"
+            " AND shard_identifier = $2 AND scheduled_for > pg_catalog.now()%s",
+            quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
+                                       get_rel_name(segment->partition)),
+            shard->cell_name ? " AND cell_name = $3" : ""),
+        shard->cell_name ? 3 : 2, types, args, false, SPI_OK_UPDATE);
 }
 
 void clear_error(const ShardKey *shard) {
@@ -644,9 +715,9 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
     for (int s = 0; s < batch->nsegments; s++) {
         DrainSegment *segment = &batch->segments[s];
         segment->outcome =
-            claim_shard(&segment->shard) ? SegmentOutcome::Done : SegmentOutcome::Blocked;
+            claim_shard(&segment->shard, false) ? SegmentOutcome::Done : SegmentOutcome::Blocked;
     }
-    skip_failed_since_read(batch);
+    skip_stopped_shards(batch);
     // Rows of a segment that is not delivered (claimed elsewhere, backed
     // off, rewritten) are in no message and are never deleted.
     RowNow *now_rows = (RowNow *)palloc0(sizeof(RowNow) * Max(batch->nrows, 1));
@@ -716,7 +787,24 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
             table_close(rel, NoLock);
         stats->rows += ndelete;
         if (failed) {
+            const Message *failing = &messages[failed_at[s]];
+            int32 max_attempts;
+            int32 attempts = record_error(&segment->shard, failing, errors[s], &max_attempts);
+            stats->failures++;
             int n = 0;
+            if (max_attempts > 0 && attempts >= max_attempts) {
+                // The failing message goes to the dead letters and the rest
+                // of the shard is due: a later pass delivers it (this one
+                // passes the shard by).
+                for (int i = segment->first; i < segment->first + segment->nrows; i++)
+                    if (now_rows[i].present && now_rows[i].message == failed_at[s])
+                        tids[n++] = now_rows[i].ctid;
+                dead_letter_rows(segment, tids, n, attempts, errors[s]);
+                clear_error(&segment->shard);
+                make_due(segment);
+                segment->outcome = SegmentOutcome::Blocked;
+                continue;
+            }
             int64 last_id = 0;
             for (int i = segment->first; i < segment->first + segment->nrows; i++) {
                 const RowNow *row = &now_rows[i];
@@ -727,9 +815,6 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
             back_off_rows(segment->partition, tids, n);
             if (segment->back_off_rest)
                 back_off_rest(segment, last_id);
-            const Message *failing = &messages[failed_at[s]];
-            record_error(&segment->shard, failing, errors[s]);
-            stats->failures++;
         } else if (segment->outcome == SegmentOutcome::Done) {
             for (int i = segment->first; i < segment->first + segment->nrows && !was_backed_off;
                  i++)

@@ -103,9 +103,13 @@ constexpr int drain_max_shards = 1000;
 // ERROR when called while a handler runs.
 void refuse_drain_in_handler(const char *function);
 
+// The condition that leaves paused shards out of a read of the outbox (of
+// silo) aliased o.
+const char *unpaused(Silo silo);
+
 // Claims a shard for the rest of the transaction; false when another
-// session holds it.
-bool claim_shard(const ShardKey *shard);
+// session holds it, unless wait (then it waits for that session's end).
+bool claim_shard(const ShardKey *shard, bool wait);
 
 // The partition that holds a shard's rows, routed as capture routes them.
 Oid shard_partition(const ShardKey *shard);

@@ -24,6 +24,29 @@ Silo silo_argument(FunctionCallInfo fcinfo, int n) {
     pg_unreachable();
 }
 
+// The shard named by arguments 0 to 3: silo, shard_scope, shard_identifier,
+// cell_name (control shards only).
+ShardKey shard_arguments(FunctionCallInfo fcinfo) {
+    Silo silo = silo_argument(fcinfo, 0);
+    if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("%s must not be NULL",
+                               PG_ARGISNULL(1) ? "shard_scope" : "shard_identifier")));
+    bool has_cell = !PG_ARGISNULL(3);
+    if (silo == Silo::Control && !has_cell)
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                        errmsg("cell_name must not be NULL for a control shard")));
+    if (silo == Silo::Cell && has_cell)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("cell_name is for control shards only")));
+    ShardKey shard;
+    shard.silo = silo;
+    shard.shard_scope = PG_GETARG_INT32(1);
+    shard.shard_identifier = PG_GETARG_INT64(2);
+    shard.cell_name = has_cell ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : nullptr;
+    return shard;
+}
+
 // The pass outbox.drain() calls of this session walk, and what it covers.
 // A call goes on where the last one stopped, so a backlog costs one read of
 // the outbox per pass, not one per call.
@@ -44,26 +67,10 @@ void end_session_pass() {
 
 OUTBOX_FUNCTION(outbox_drain_shard) {
     refuse_drain_in_handler("outbox.drain_shard()");
-    Silo silo = silo_argument(fcinfo, 0);
-    if (PG_ARGISNULL(1) || PG_ARGISNULL(2))
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("%s must not be NULL",
-                               PG_ARGISNULL(1) ? "shard_scope" : "shard_identifier")));
-    bool has_cell = !PG_ARGISNULL(3);
-    if (silo == Silo::Control && !has_cell)
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                        errmsg("cell_name must not be NULL for a control shard")));
-    if (silo == Silo::Cell && has_cell)
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("cell_name is for control shards only")));
-    ShardKey shard;
-    shard.silo = silo;
-    shard.shard_scope = PG_GETARG_INT32(1);
-    shard.shard_identifier = PG_GETARG_INT64(2);
-    shard.cell_name = has_cell ? text_to_cstring(PG_GETARG_TEXT_PP(3)) : nullptr;
+    ShardKey shard = shard_arguments(fcinfo);
 
     // Claim first, then read: what is read is current.
-    if (!claim_shard(&shard) || !subtransactions_left())
+    if (!claim_shard(&shard, false) || !subtransactions_left())
         PG_RETURN_INT32(0);
     SPI_connect();
     DrainBatch *batch = read_shard(&shard, drain_batch_size);
@@ -157,4 +164,13 @@ OUTBOX_FUNCTION(outbox_compact_outbox) {
     }
     SPI_finish();
     PG_RETURN_INT32(compacted);
+}
+
+// outbox._claim_shard(silo, shard_scope, shard_identifier, cell_name): the
+// drain's claim of a shard, to the end of the transaction, waited for
+// (operating control changes a shard only under it).
+OUTBOX_FUNCTION(outbox__claim_shard) {
+    ShardKey shard = shard_arguments(fcinfo);
+    (void)claim_shard(&shard, true);
+    PG_RETURN_VOID();
 }

@@ -138,11 +138,11 @@ bool read_next_partition(DrainPass *pass) {
         " shard_scope, shard_identifier, %s FROM ("
         "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER (PARTITION BY %s"
         " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS due_at"
-        " FROM %s o WHERE o.category = ANY ($1)) s WHERE due_at <= $2 ORDER BY %s, id",
+        " FROM %s o WHERE o.category = ANY ($1)%s) s WHERE due_at <= $2 ORDER BY %s, id",
         control ? "cell_name" : "NULL::text", shard,
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
                                    get_rel_name(pass->partition_relid)),
-        shard);
+        unpaused(control ? Silo::Control : Silo::Cell), shard);
     Datum *categories = (Datum *)palloc(sizeof(Datum) * registry->nhandlers);
     for (int h = 0; h < registry->nhandlers; h++)
         categories[h] = Int32GetDatum(registry->handler_categories[h]);
@@ -394,10 +394,10 @@ DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
         "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added FROM ("
         "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER () AS due_at"
         " FROM %s o WHERE o.shard_scope = $1 AND o.shard_identifier = $2"
-        " AND o.category = ANY ($3)%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
+        " AND o.category = ANY ($3)%s%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
                                    get_rel_name(partition)),
-        shard->cell_name ? " AND o.cell_name = $5" : "");
+        shard->cell_name ? " AND o.cell_name = $5" : "", unpaused(shard->silo));
     uint64 n = pg::spi_run("reading a shard", sql, shard->cell_name ? 5 : 4, types, args, nullptr,
                            true, 0, SPI_OK_SELECT);
     for (uint64 i = 0; i < n; i++) {

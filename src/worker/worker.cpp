@@ -5,7 +5,8 @@
 //   1. drain the due shards of the local silo(s), oldest first, one
 //      transaction per shard, counting the outbox rows it scheduled;
 //   2. backfill with what is left of the per-minute budget
-//      (outbox.backfill_rate_per_minute, held over a minute, not per cycle):
+//      (outbox.backfill_rate_per_minute, held over a minute, not per cycle),
+//      but at least outbox.backfill_min_rate_per_minute a minute:
 //      one batch per table per transaction, so the Redis cursor moves after
 //      each commit.
 // SIGHUP reloads the GUCs.  SIGTERM (pg_terminate_backend, shutdown) ends it
@@ -67,6 +68,7 @@ namespace {
 // The per-minute window of the backfill budget.
 TimestampTz window_start = 0;
 int64 window_used = 0;
+int64 window_backfilled = 0; // of window_used: for outbox.backfill_min_rate_per_minute
 
 // Redis (or another cursor store failure): pause the backfill, log once.
 bool backfill_paused = false;
@@ -299,6 +301,7 @@ void backfill(int64 budget) {
     };
     WalkTotals totals = backfill_walk(ntables, budget, batch);
     window_used = saturating_add(window_used, totals.ids);
+    window_backfilled = saturating_add(window_backfilled, totals.ids);
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->rows_backfilled = saturating_add(worker_shared->rows_backfilled, totals.ids);
     SpinLockRelease(&worker_shared->mutex);
@@ -371,6 +374,7 @@ bool cycle() {
     if (window_start == 0 || TimestampDifferenceExceeds(window_start, start, 60000)) {
         window_start = start;
         window_used = 0;
+        window_backfilled = 0;
     }
     window_used += scheduled;
     // The cascade and the backfill share what is left: when both have work,
@@ -379,7 +383,13 @@ bool cycle() {
     int64 budget = (int64)backfill_rate_per_minute - window_used;
     if (budget > 0)
         window_used = saturating_add(window_used, cascade((budget + 1) / 2));
-    budget = (int64)backfill_rate_per_minute - window_used;
+    // The floor (outbox.backfill_min_rate_per_minute, at most the rate) is
+    // the backfill's whatever live traffic and the cascade used: Sentry's
+    // "rate minus what the drain scheduled" alone starves a backfill for as
+    // long as the outbox is busy.
+    budget =
+        Max((int64)backfill_rate_per_minute - window_used,
+            (int64)Min(backfill_min_rate_per_minute, backfill_rate_per_minute) - window_backfilled);
     if (budget > 0)
         backfill(budget);
     budget = (int64)backfill_rate_per_minute - window_used;

@@ -82,8 +82,8 @@ SQL
 
 versions=$(ls "$root"/extension/pg_outbox--*.sql | sed -n 's/.*pg_outbox--\([0-9.]*\)\.sql$/\1/p' | sort -V)
 latest=$(sed -n "s/^default_version = '\(.*\)'/\1/p" "$root/extension/pg_outbox.control")
-check "full scripts of 0.1.0 to 0.7.0 and of $latest are installed" \
-    [ "$(echo $versions)" = "0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 $latest" ]
+check "full scripts of 0.1.0 to 0.8.0 and of $latest are installed" \
+    [ "$(echo $versions)" = "0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 0.8.0 $latest" ]
 q -d postgres -c "CREATE DATABASE fresh" >/dev/null
 q -d fresh -c "CREATE EXTENSION pg_outbox" >/dev/null
 describe fresh >"$CLUSTER_DIR/fresh.txt"

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(41);
+SELECT plan(44);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -65,6 +65,24 @@ SELECT is((SELECT pg_get_function_arguments('outbox.register_table(regclass,text
           'register_table arguments and defaults');
 SELECT is(outbox.get_option('outbox_replication.anything.replication_version'), '0'::jsonb,
           'the gate defaults to 0');
+
+-- Operating control (SPEC section 10): signatures, defaults and return types.
+SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_arguments(p.oid)
+                             || ' -> ' || format_type(p.prorettype, NULL), E'\n' ORDER BY p.proname)
+             FROM pg_proc p
+            WHERE p.pronamespace = 'outbox'::regnamespace
+              AND p.proname IN ('retry_shard', 'pause_shard', 'resume_shard', 'skip_message',
+                                'requeue_dead_letters', 'set_max_attempts')),
+          $$outbox.pause_shard(text,integer,bigint,text) silo text, shard_scope integer, shard_identifier bigint, cell_name text DEFAULT NULL::text -> void
+outbox.requeue_dead_letters(bigint[]) ids bigint[] DEFAULT NULL::bigint[] -> bigint
+outbox.resume_shard(text,integer,bigint,text) silo text, shard_scope integer, shard_identifier bigint, cell_name text DEFAULT NULL::text -> void
+outbox.retry_shard(text,integer,bigint,text) silo text, shard_scope integer, shard_identifier bigint, cell_name text DEFAULT NULL::text -> bigint
+outbox.set_max_attempts(text,integer) category text, max_attempts integer -> void
+outbox.skip_message(text,integer,bigint,integer,bigint,text) silo text, shard_scope integer, shard_identifier bigint, category integer, object_identifier bigint, cell_name text DEFAULT NULL::text -> bigint$$,
+          'the operating control functions of SPEC section 10');
+SELECT has_table('outbox', 'dead_letters', 'outbox.dead_letters');
+SELECT is(current_setting('outbox.backfill_min_rate_per_minute'), '0',
+          'outbox.backfill_min_rate_per_minute defaults to 0');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).
