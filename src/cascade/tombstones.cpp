@@ -32,6 +32,11 @@ void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
     MemoryContextSwitchTo(caller);
     PG_TRY();
     {
+        // The latest snapshot: a read-only statement runs with the active
+        // one, which the caller may have taken before the deletion whose
+        // message was just delivered committed (a worker's batch
+        // transaction starts before the pass reads the next partition).
+        PushActiveSnapshot(GetLatestSnapshot());
         pg::spi_run_as(
             pg::table_owner_role(rel), "finding deleted rows",
             psprintf("SELECT pg_catalog.array_agg(x) FROM pg_catalog.unnest($1) x"
@@ -47,6 +52,7 @@ void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
                 gone = PointerGetDatum(DatumGetArrayTypePCopy(value));
                 MemoryContextSwitchTo(old);
             });
+        PopActiveSnapshot();
         ReleaseCurrentSubTransaction();
         MemoryContextSwitchTo(caller);
         CurrentResourceOwner = owner;
