@@ -78,3 +78,13 @@ CREATE OR REPLACE FUNCTION outbox.run_replications_sync() RETURNS bigint
 LANGUAGE c SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS 'MODULE_PATHNAME', 'outbox_run_replications_sync';
+
+-- What a backfill of tbl would write, before its gate opens: outbox rows
+-- (control tables: for each target cell), shards, the ten hottest shards,
+-- the id span, and the batches and time at outbox.backfill_rate_per_minute.
+-- Exact, or estimated from sample_percent of the table's pages.  Reads the
+-- table as its owner (src/backfill/backfill_plan.cpp).
+CREATE OR REPLACE FUNCTION outbox.plan_backfill(tbl regclass, sample_percent float8 DEFAULT NULL,
+    OUT method text, OUT rows bigint, OUT shards bigint, OUT hottest_shards jsonb,
+    OUT id_span bigint, OUT batches bigint, OUT eta_at_budget interval)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_plan_backfill';

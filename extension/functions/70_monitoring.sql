@@ -75,7 +75,8 @@ CREATE OR REPLACE FUNCTION outbox._table_id_range(tbl regclass, OUT min_id bigin
 CREATE OR REPLACE FUNCTION outbox._backfill_status()
 RETURNS TABLE (table_key text, relation regclass, silo text, coded_version int,
                option_version int, effective_version int, cursor_lower_bound bigint,
-               cursor_version int, max_id bigint, fraction_done float8, state text)
+               cursor_version int, max_id bigint, fraction_done float8, state text,
+               eta_at_budget interval)
 LANGUAGE plpgsql STABLE SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -130,6 +131,15 @@ BEGIN
             WHEN state = 'pending' OR lower = 0 OR max_id IS NULL THEN 0
             ELSE least(greatest((lower::float8 - min_id::float8)
                                 / (max_id::float8 - min_id::float8 + 1), 0), 1) END;
+        -- The ids left, at the whole budget: one batch a minute spanning
+        -- the budget plus one id (as outbox.plan_backfill counts).
+        eta_at_budget := CASE
+            WHEN state NOT IN ('pending', 'in_progress') THEN NULL
+            WHEN max_id IS NULL THEN interval '0'
+            ELSE ceil(greatest(max_id::float8 + 1 - CASE WHEN state = 'pending' OR lower = 0
+                                                    THEN min_id::float8 ELSE lower::float8 END, 0)
+                      / (current_setting('outbox.backfill_rate_per_minute')::float8 + 1))
+                 * interval '1 minute' END;
         RETURN NEXT;
     END LOOP;
 END

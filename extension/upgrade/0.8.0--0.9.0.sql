@@ -5,3 +5,8 @@
 
 -- Operating control: max_attempts, paused shards, dead letters.
 -- @include tables/80_operating_control.sql
+
+-- outbox._backfill_status() gains a column (eta_at_budget): its return type
+-- changes, so it and the view on it are made again by functions/.
+DROP VIEW outbox.backfill_status;
+DROP FUNCTION outbox._backfill_status();

@@ -26,18 +26,6 @@ extern "C" {
 
 namespace pgoutbox {
 
-namespace {
-
-struct Registration {
-    char *table_key;
-    int32 category;
-    int32 coded_version;
-    int32 target_version;
-    bool has_target_cells; // the target_cells option is a list
-    int ntarget_cells;     // outbox.target_cells(tbl): registered cells only
-    char **target_cells;
-};
-
 // Runs inside SPI, as the extension's owner.
 Registration load_registration(Oid relid, bool force_synchronous) {
     Oid argtypes[2] = {REGCLASSOID, BOOLOID};
@@ -88,6 +76,8 @@ CellTargets backfill_targets(const TableMeta *meta, const Registration &reg) {
                         errhint("Register the cells with outbox.register_cell(name).")));
     return CellTargets{reg.ntarget_cells, reg.target_cells, true};
 }
+
+namespace {
 
 // The smallest id, or false when the table is empty.  As the table's owner.
 bool min_id(const char *table, int64 *result) {

@@ -3,9 +3,28 @@
 #pragma once
 
 #include "backfill/batch_plan.hpp"
+#include "capture/outbox_rows.hpp"
 #include "pg/postgres.hpp"
 
 namespace pgoutbox {
+
+// A registered table as the backfill sees it: its key, category, versions
+// and target cells.
+struct Registration {
+    char *table_key;
+    int32 category;
+    int32 coded_version;
+    int32 target_version;
+    bool has_target_cells; // the target_cells option is a list
+    int ntarget_cells;     // outbox.target_cells(tbl): registered cells only
+    char **target_cells;
+};
+
+// Reads it; inside SPI, as the extension's owner.
+Registration load_registration(Oid relid, bool force_synchronous);
+
+// The cells a control table's rows are backfilled to.
+CellTargets backfill_targets(const TableMeta *meta, const Registration &reg);
 
 // outbox.process_backfill_batch(relid, batch_size, force_synchronous) in
 // the caller's transaction: false when there is nothing to do (the SQL

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(44);
+SELECT plan(45);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -81,6 +81,9 @@ outbox.set_max_attempts(text,integer) category text, max_attempts integer -> voi
 outbox.skip_message(text,integer,bigint,integer,bigint,text) silo text, shard_scope integer, shard_identifier bigint, category integer, object_identifier bigint, cell_name text DEFAULT NULL::text -> bigint$$,
           'the operating control functions of SPEC section 10');
 SELECT has_table('outbox', 'dead_letters', 'outbox.dead_letters');
+SELECT is(pg_get_function_arguments('outbox.plan_backfill(regclass, float8)'::regprocedure),
+          'tbl regclass, sample_percent double precision DEFAULT NULL::double precision, OUT method text, OUT rows bigint, OUT shards bigint, OUT hottest_shards jsonb, OUT id_span bigint, OUT batches bigint, OUT eta_at_budget interval',
+          'outbox.plan_backfill arguments (issue 16)');
 SELECT is(current_setting('outbox.backfill_min_rate_per_minute'), '0',
           'outbox.backfill_min_rate_per_minute defaults to 0');
 

@@ -9,7 +9,7 @@ SELECT columns_are('outbox', 'shard_depth', ARRAY['silo', 'shard_scope', 'shard_
     'last_error_at', 'attempts', 'state', 'category', 'object_identifier', 'dead_letters']);
 SELECT columns_are('outbox', 'backfill_status', ARRAY['table_key', 'relation', 'silo',
     'coded_version', 'option_version', 'effective_version', 'cursor_lower_bound',
-    'cursor_version', 'max_id', 'fraction_done', 'state']);
+    'cursor_version', 'max_id', 'fraction_done', 'state', 'eta_at_budget']);
 SELECT columns_are('outbox', 'stats', ARRAY['category', 'category_name', 'saved', 'backfilled',
     'backfill_batches', 'delivered', 'processed', 'handler_errors', 'lag_p50', 'lag_p99',
     'lag_max', 'last_delivery_at', 'stats_reset']);
