@@ -42,6 +42,7 @@ int redis_command_timeout_ms = 1000;
 char *redis_key_prefix = nullptr;
 int backfill_rate_per_minute = 10000;
 int backfill_min_rate_per_minute = 0;
+int backfill_max_shard_depth = 0;
 int handler_timeout_ms = 30000;
 char *database_name = nullptr;
 bool worker_enabled = true;
@@ -135,6 +136,11 @@ void _PG_init(void) {
         "Ids the background worker backfills per minute even when live traffic uses the budget.",
         "0: none (Sentry's behaviour); at most outbox.backfill_rate_per_minute counts.",
         &backfill_min_rate_per_minute, 0, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.backfill_max_shard_depth",
+        "Outbox rows a shard may hold before the worker's backfill waits for it to drain.",
+        "0: no bound (Sentry's behaviour).  A batch is then at most this many ids.",
+        &backfill_max_shard_depth, 0, 0, INT_MAX, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
 
     DefineCustomIntVariable("outbox.handler_timeout",
                             "A handler running longer fails its message (0: no limit).", nullptr,

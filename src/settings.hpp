@@ -19,6 +19,7 @@ extern int redis_command_timeout_ms;
 extern char *redis_key_prefix;
 extern int backfill_rate_per_minute;
 extern int backfill_min_rate_per_minute;
+extern int backfill_max_shard_depth;
 extern int handler_timeout_ms; // outbox.handler_timeout; 0: none
 extern char *database_name;    // outbox.database_name: where the worker runs
 extern bool worker_enabled;

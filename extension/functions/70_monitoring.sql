@@ -72,6 +72,11 @@ CREATE OR REPLACE FUNCTION outbox._cursor_peek(table_key text, OUT lower_bound b
 CREATE OR REPLACE FUNCTION outbox._table_id_range(tbl regclass, OUT min_id bigint, OUT max_id bigint)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__table_id_range';
 
+-- Tables whose backfill the worker holds back: a shard they write to holds
+-- outbox.backfill_max_shard_depth rows (src/worker/worker.cpp).
+CREATE OR REPLACE FUNCTION outbox._backfill_throttled() RETURNS oid[]
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__backfill_throttled';
+
 CREATE OR REPLACE FUNCTION outbox._backfill_status()
 RETURNS TABLE (table_key text, relation regclass, silo text, coded_version int,
                option_version int, effective_version int, cursor_lower_bound bigint,
@@ -87,6 +92,7 @@ DECLARE
     readable boolean;
     lower bigint;
     version int;
+    throttled oid[] := outbox._backfill_throttled();
 BEGIN
     FOR r IN SELECT t.table_key, t.relid, t.silo, t.replication_version
                FROM outbox.registered_tables t ORDER BY t.table_key LOOP
@@ -140,6 +146,10 @@ BEGIN
                                                     THEN min_id::float8 ELSE lower::float8 END, 0)
                       / (current_setting('outbox.backfill_rate_per_minute')::float8 + 1))
                  * interval '1 minute' END;
+        -- Waiting for a hot shard to drain (outbox.backfill_max_shard_depth).
+        IF state IN ('pending', 'in_progress') AND r.relid::oid = ANY (throttled) THEN
+            state := 'throttled';
+        END IF;
         RETURN NEXT;
     END LOOP;
 END

@@ -107,6 +107,48 @@ int64 upper_id(const char *table, int64 lower, int64 limit) {
     return isnull ? 0 : DatumGetInt64(value);
 }
 
+// Whether a shard that rows with ids in [low, up] go to already holds at
+// least max_depth outbox rows (outbox.backfill_max_shard_depth).  The
+// shards are read as the table's owner (the current role), the outbox as
+// the extension's owner.  Scans the outbox partitions of those shards: the
+// outbox has no index.
+bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, int64 low, int64 up,
+                    int32 max_depth) {
+    AttrNumber shard =
+        meta->shard_attnum != InvalidAttrNumber ? meta->shard_attnum : meta->id_attnum;
+    Oid types[3] = {INT8OID, INT8OID, INT4OID};
+    Datum args[3] = {Int64GetDatum(low), Int64GetDatum(up), Int32GetDatum(meta->scope)};
+    pg::spi_run("reading the batch's shards",
+                psprintf("SELECT pg_catalog.array_agg(DISTINCT t.%s::pg_catalog.int8) FROM %s t"
+                         " WHERE t.id OPERATOR(pg_catalog.>=) $1"
+                         " AND t.id OPERATOR(pg_catalog.<=) $2",
+                         quote_identifier(
+                             NameStr(TupleDescAttr(RelationGetDescr(rel), shard - 1)->attname)),
+                         table),
+                2, types, args, nullptr, true, 1, SPI_OK_SELECT);
+    bool isnull;
+    Datum shards = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+    if (isnull)
+        return false;
+    shards = PointerGetDatum(DatumGetArrayTypePCopy(shards));
+    bool control = meta->silo == Silo::Control;
+    Oid depth_types[3] = {INT8ARRAYOID, INT4OID, INT4OID};
+    Datum depth_args[3] = {shards, Int32GetDatum(meta->scope), Int32GetDatum(max_depth)};
+    bool deep = false;
+    pg::spi_run_as(
+        pg::extension_owner_role, "reading the depth of the batch's shards",
+        psprintf("SELECT EXISTS (SELECT FROM outbox.%s o"
+                 " WHERE o.shard_identifier = ANY ($1) AND o.shard_scope = $2"
+                 " GROUP BY o.shard_identifier%s HAVING pg_catalog.count(*) >= $3)",
+                 control ? "control_outbox" : "cell_outbox", control ? ", o.cell_name" : ""),
+        3, depth_types, depth_args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+            bool null;
+            deep =
+                DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &null));
+        });
+    return deep;
+}
+
 // Reads the columns capture needs of the rows with ids in [low, up], a chunk
 // at a time, and writes their outbox rows; returns how many.  As the
 // table's owner.  The query selects exactly those columns, so meta is
@@ -176,8 +218,9 @@ int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &target
 
 } // namespace
 
-bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, BatchPlan *plan,
-                    int64 *written) {
+bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 max_shard_depth,
+                    BatchPlan *plan, int64 *written, bool *throttled) {
+    *throttled = false;
     // Locked before anything is read of it, and to the end of the
     // transaction: a concurrent DROP waits, or has already happened.
     Relation rel = try_relation_open(relid, AccessShareLock);
@@ -211,6 +254,16 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, BatchPl
         clamp_lower(start->lower_bound, has_rows ? std::optional<int64_t>(smallest) : std::nullopt);
     int64 up = has_rows ? upper_id(table, low, (int64)batch_size + 1) : 0;
     *plan = finish_plan(low, start->version, up, reg.coded_version);
+    if (max_shard_depth > 0 && plan->count > 0 && has_rows &&
+        shard_at_bound(rel, meta, table, plan->low, plan->up, max_shard_depth)) {
+        // Backpressure: nothing written, the cursor where it was; the same
+        // batch again once the drain has brought the shard down.
+        pg::run_as_end(&as_owner);
+        SPI_finish();
+        relation_close(rel, NoLock);
+        *throttled = true;
+        return false;
+    }
     *written = plan->count > 0 && has_rows
                    ? write_range(rel, meta, targets, table, plan->low, plan->up)
                    : 0;
@@ -249,7 +302,8 @@ OUTBOX_FUNCTION(outbox_process_backfill_batch) {
     MemoryContext caller = CurrentMemoryContext;
     BatchPlan plan;
     int64 written;
-    if (!backfill_batch(relid, batch_size, force_synchronous, &plan, &written))
+    bool throttled;
+    if (!backfill_batch(relid, batch_size, force_synchronous, 0, &plan, &written, &throttled))
         PG_RETURN_NULL();
     MemoryContextSwitchTo(caller);
     Datum values[6] = {Int64GetDatum(plan.low),     Int64GetDatum(plan.up),

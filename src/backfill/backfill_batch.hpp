@@ -29,8 +29,11 @@ CellTargets backfill_targets(const TableMeta *meta, const Registration &reg);
 // outbox.process_backfill_batch(relid, batch_size, force_synchronous) in
 // the caller's transaction: false when there is nothing to do (the SQL
 // function's NULL), else the batch's plan and the outbox rows it wrote.
-bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, BatchPlan *plan,
-                    int64 *written);
+// With max_shard_depth > 0, a batch that would add rows to a shard already
+// holding that many outbox rows writes nothing, moves no cursor, sets
+// *throttled and returns false (the worker's hot-shard guard).
+bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 max_shard_depth,
+                    BatchPlan *plan, int64 *written, bool *throttled);
 
 // Registered tables local to silo mode `mode` (monolith: all), in the walk's
 // stable order (table_key), with their names for the log, allocated in

@@ -88,7 +88,8 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
         " 'rows', h.n)) ORDER BY h.n DESC, h.s, h.c)"
         " FROM (SELECT * FROM g ORDER BY g.n DESC, g.s, g.c LIMIT %d) h),"
         " (SELECT pg_catalog.max(t.id)::pg_catalog.int8"
-        " - pg_catalog.min(t.id)::pg_catalog.int8 + 1 FROM %s t)"
+        " - pg_catalog.min(t.id)::pg_catalog.int8 + 1 FROM %s t),"
+        " pg_catalog.max(g.n)"
         " FROM g",
         shard, cell ? psprintf("t.%s::pg_catalog.text", cell) : "NULL::pg_catalog.text", table,
         sampled ? psprintf(" TABLESAMPLE SYSTEM (%.6f) REPEATABLE (0)", percent) : "",
@@ -101,7 +102,7 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
     Datum args[2] = {
         Float8GetDatum(100.0 / percent),
         PointerGetDatum(construct_array(cells, targets.ncells, TEXTOID, -1, false, TYPALIGN_INT))};
-    int64 rows = 0, shards = 0, id_span = 0;
+    int64 rows = 0, shards = 0, id_span = 0, hottest_rows = 0;
     Datum hottest = (Datum)0;
     pg::refuse_forced_row_security(rel);
     pg::spi_run_as(pg::table_owner_role(rel), "planning the backfill", sql.data, 2, types, args,
@@ -120,6 +121,8 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
                        }
                        value = SPI_getbinval(row, desc, 4, &isnull);
                        id_span = isnull ? 0 : DatumGetInt64(value);
+                       value = SPI_getbinval(row, desc, 5, &isnull);
+                       hottest_rows = isnull ? 0 : DatumGetInt64(value);
                    });
     SPI_finish();
     relation_close(rel, NoLock);
@@ -131,14 +134,20 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
     int64 batches = (id_span + per_minute - 1) / per_minute;
     Interval *eta = (Interval *)palloc0(sizeof(Interval));
     eta->time = batches * 60 * USECS_PER_SEC;
-    Datum values[7] = {
+    // The deepest a shard gets from the backfill alone: without the guard,
+    // all its rows; with it, the bound plus one batch of at most the bound.
+    int64 guarded = Min(hottest_rows, 2 * (int64)backfill_max_shard_depth);
+    Datum values[9] = {
         CStringGetTextDatum(sampled ? psprintf("sampled %g%% of the pages", percent) : "exact"),
         Int64GetDatum(rows * fan_out),
         Int64GetDatum(shards * fan_out),
         hottest,
         Int64GetDatum(id_span),
         Int64GetDatum(batches),
-        IntervalPGetDatum(eta)};
-    bool nulls[7] = {false, false, false, hottest == (Datum)0, false, false, false};
+        IntervalPGetDatum(eta),
+        Int64GetDatum(hottest_rows),
+        Int64GetDatum(guarded)};
+    bool nulls[9] = {false, false, false, hottest == (Datum)0,          false,
+                     false, false, false, backfill_max_shard_depth == 0};
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls));
 }

@@ -49,7 +49,9 @@ WalkTotals walk(int mode, int64 budget, bool force_synchronous) {
     SPI_finish();
     return backfill_walk(ntables, budget, [&](int i, int32 batch_size, int64 *ids, int64 *written) {
         BatchPlan plan;
-        if (!backfill_batch(tables[i], batch_size, force_synchronous, &plan, written))
+        bool throttled;
+        if (!backfill_batch(tables[i], batch_size, force_synchronous, 0, &plan, written,
+                            &throttled))
             return BatchOutcome::Nothing;
         *ids = plan.count;
         return BatchOutcome::Ran;

@@ -255,7 +255,24 @@ void store_failed(const ErrorData *error) {
     backfill_retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), backfill_pause_ms);
 }
 
+// Marks a table's backfill as waiting for a shard to drain, or not.
+void set_throttled(Oid relid, bool throttled) {
+    SpinLockAcquire(&worker_shared->mutex);
+    int at = -1;
+    for (int i = 0; i < worker_shared->nthrottled && at < 0; i++)
+        if (worker_shared->throttled[i] == relid)
+            at = i;
+    if (throttled && at < 0 && worker_shared->nthrottled < (int)lengthof(worker_shared->throttled))
+        worker_shared->throttled[worker_shared->nthrottled++] = relid;
+    else if (!throttled && at >= 0)
+        worker_shared->throttled[at] = worker_shared->throttled[--worker_shared->nthrottled];
+    SpinLockRelease(&worker_shared->mutex);
+}
+
 // The budgeted walk (backfill/backfill_walk.hpp), one transaction per batch.
+// With outbox.backfill_max_shard_depth, a batch is at most that many ids,
+// so that a shard goes at most one batch past the bound, and a batch that
+// would add rows to a shard at the bound waits (backfill_batch).
 void backfill(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (backfill_paused && now < backfill_retry_at)
@@ -272,15 +289,21 @@ void backfill(int64 budget) {
         if (pause != nullptr && now < pause->retry_at)
             return BatchOutcome::Nothing;
         bool ran = false;
+        bool throttled = false;
+        int32 max_depth = backfill_max_shard_depth;
+        if (max_depth > 0)
+            batch_size = Min(batch_size, max_depth);
         ErrorData *error = nullptr;
         bool ok = in_transaction(
             "pg_outbox: backfilling",
             [&] {
                 BatchPlan plan;
-                ran = backfill_batch(tables[i], batch_size, self_hosted, &plan, written);
+                ran = backfill_batch(tables[i], batch_size, self_hosted, max_depth, &plan, written,
+                                     &throttled);
                 *ids = ran ? plan.count : 0;
             },
             &error);
+        set_throttled(tables[i], ok && throttled);
         if (!ok) {
             bool store_down =
                 ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
@@ -461,6 +484,7 @@ void outbox_worker_main(Datum) {
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->pid = MyProcPid;
     worker_shared->latch = MyLatch;
+    worker_shared->nthrottled = 0; // a worker before this one may have left some
     SpinLockRelease(&worker_shared->mutex);
     before_shmem_exit(forget_pid, 0);
 

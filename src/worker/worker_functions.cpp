@@ -1,5 +1,6 @@
 // SQL entry points over the worker's shared state: outbox.wake_worker() and
-// outbox._worker_status() (behind the view outbox.worker_status).
+// outbox._worker_status() (behind the view outbox.worker_status) and
+// outbox._backfill_throttled() (behind outbox.backfill_status).
 #include "pg/guard.hpp"
 #include "settings.hpp"
 #include "worker/worker_shared.hpp"
@@ -79,4 +80,18 @@ OUTBOX_FUNCTION(outbox__worker_status) {
     values[ERROR_AT] = TimestampTzGetDatum(copy.last_error_at);
     nulls[ERROR_AT] = copy.last_error_at == 0;
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+}
+
+// The tables whose backfill waits for a shard to drain
+// (outbox.backfill_max_shard_depth), as an oid[]; empty without the preload.
+OUTBOX_FUNCTION(outbox__backfill_throttled) {
+    Datum items[lengthof(worker_shared->throttled)];
+    int n = 0;
+    if (worker_shared != nullptr) {
+        SpinLockAcquire(&worker_shared->mutex);
+        for (int i = 0; i < worker_shared->nthrottled; i++)
+            items[n++] = ObjectIdGetDatum(worker_shared->throttled[i]);
+        SpinLockRelease(&worker_shared->mutex);
+    }
+    PG_RETURN_ARRAYTYPE_P(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 }

@@ -26,6 +26,10 @@ struct WorkerShared {
     bool backfill_paused;      // the cursor store (Redis) failed: retrying
     TimestampTz last_error_at; // 0: none since start or reset
     char last_error[256];
+    // Tables whose backfill waits for a shard to drain
+    // (outbox.backfill_max_shard_depth); beyond the array, not shown.
+    int nthrottled;
+    Oid throttled[64];
 };
 
 // NULL unless pg_outbox is in shared_preload_libraries.
