@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Hot-shard guard benchmark (issue 16): a backfill of ROWS rows, half of them
+# in one organisation (shard 7), run by the worker with the budget lifted,
+# while a live writer changes a row of that organisation every 20 ms.  Side
+# by side in one run: without the guard, and with
+# outbox.backfill_max_shard_depth = BOUND.  Reports the live changes' delivery
+# lag (commit to handler) and the backfill's total time (gate opened to
+# every row delivered).
+#
+#   bash bench/backfill_guard/run.sh       # ROWS=1000000 BOUND=2000
+# Prints a Markdown table and writes it to bench/backfill_guard/results.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+ROWS=${ROWS:-1000000}
+BOUND=${BOUND:-2000}
+trap 'kill $writer 2>/dev/null; cluster_stop' EXIT
+writer=
+
+install_extension "$root"
+redis_start
+cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "checkpoint_timeout = 30min" \
+    "outbox.database_name = postgres" "outbox.naptime = 100" \
+    "outbox.backfill_rate_per_minute = 2000000000" ${EXTRA_CONF:+"$EXTRA_CONF"}
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+
+q >/dev/null <<SQL
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_category('member_update', 'Org', 0);
+SELECT outbox.register_category('setting_update', 'Org', 1);
+SELECT outbox.register_cell('us');
+CREATE FUNCTION noop(m outbox.message) RETURNS void LANGUAGE sql AS '';
+SELECT outbox.register_handler('member_update', 'noop(outbox.message)');
+-- The live changes: their lag, from the change's commit-time stamp.
+CREATE TABLE lag (seconds float8, made timestamptz);
+CREATE FUNCTION measure(m outbox.message) RETURNS void LANGUAGE sql AS \$\$
+    INSERT INTO lag SELECT extract(epoch FROM clock_timestamp() - (m.payload->>'at')::timestamptz),
+                           (m.payload->>'at')::timestamptz
+\$\$;
+SELECT outbox.register_handler('setting_update', 'measure(outbox.message)');
+CREATE TABLE setting (id bigint PRIMARY KEY, org_id bigint NOT NULL, at timestamptz);
+INSERT INTO setting SELECT g, 7, now() FROM generate_series(1, 100) g;
+SELECT outbox.register_table('setting', 'setting_update', 'cell', shard_column => 'org_id',
+                             payload_columns => '{at}');
+CREATE TABLE member (id bigint PRIMARY KEY, org_id bigint NOT NULL);
+INSERT INTO member SELECT g, CASE WHEN g % 2 = 0 THEN 7 ELSE 1000 + g % 1000 END
+  FROM generate_series(1, $ROWS) g;
+VACUUM ANALYZE member;
+SELECT outbox.register_table('member', 'member_update', 'cell', shard_column => 'org_id',
+                             replication_version => 2);
+SQL
+
+run() { # guard
+    # Each run starts from a clean outbox: a partition that the run before
+    # left full of dead rows would be compacted during this one, and its
+    # lock would stall the live writer's capture.
+    q -c "ALTER SYSTEM SET outbox.backfill_max_shard_depth = $1" -c "SELECT pg_reload_conf()" \
+      -c "TRUNCATE lag" -c "SELECT outbox.compact_outbox('cell', true)" >/dev/null
+    q -c "VACUUM ANALYZE outbox.cell_outbox" -c "CHECKPOINT" >/dev/null
+    sleep 1
+    # The live writer: one change of organisation 7 every 20 ms, each stamped
+    # with the time it was made (then committed at once).
+    q >/dev/null 2>&1 <<'SQL' &
+DO $$ BEGIN
+    FOR i IN 1..1000000 LOOP
+        UPDATE setting SET at = clock_timestamp() WHERE id = 1 + i % 100;
+        COMMIT;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END $$;
+SQL
+    writer=$!
+    sleep 2
+    local start=$(date +%s%N)
+    local opened=$(q -c "SELECT clock_timestamp()")
+    q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
+    until [[ $(q -c "SELECT state FROM outbox.backfill_status WHERE table_key = 'member'") == complete &&
+             $(q -c "SELECT count(*) FROM outbox.cell_outbox WHERE category = 0") == 0 ]]; do
+        sleep 0.2
+    done
+    local ms=$((($(date +%s%N) - start) / 1000000))
+    sleep 2
+    kill $writer 2>/dev/null; wait $writer 2>/dev/null || true
+    writer=
+    q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '1')" \
+      -c "SELECT outbox.set_processing_state('member', 0, 1)" >/dev/null
+    q -c "SELECT $ms, count(*),
+                 round(percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
+                 round(percentile_cont(0.99) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
+                 round(max(seconds)::numeric * 1000) FROM lag WHERE made >= '$opened'" | tr '|' ' '
+}
+read -r off_ms off_n off_p50 off_p99 off_max <<<"$(run 0)"
+echo "without the guard: $off_ms ms, live lag p50 $off_p50 p99 $off_p99 max $off_max ms ($off_n changes)" >&2
+read -r on_ms on_n on_p50 on_p99 on_max <<<"$(run "$BOUND")"
+echo "with the guard: $on_ms ms, live lag p50 $on_p50 p99 $on_p99 max $on_max ms ($on_n changes)" >&2
+
+report=$(cat <<MD
+# pg_outbox hot-shard guard benchmark
+
+$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $(q -c "SHOW server_version") | \`bash bench/backfill_guard/run.sh\` ROWS=$ROWS BOUND=$BOUND
+
+A backfill of $ROWS rows, half of them in organisation 7, run by the worker with the budget lifted, while a live writer changes a row of organisation 7 every 20 ms.  Lag: from the change to its handler, for the changes made after the gate opened.  Total: from opening the gate to every backfilled row delivered.
+
+| | total ms | live changes | lag p50 ms | lag p99 ms | lag max ms |
+|---|---:|---:|---:|---:|---:|
+| without the guard | $off_ms | $off_n | $off_p50 | $off_p99 | $off_max |
+| \`outbox.backfill_max_shard_depth = $BOUND\` | $on_ms | $on_n | $on_p50 | $on_p99 | $on_max |
+MD
+)
+echo "$report"
+echo "$report" >"$root/bench/backfill_guard/results.md"
