@@ -82,11 +82,14 @@ AS 'MODULE_PATHNAME', 'outbox_run_replications_sync';
 -- What a backfill of tbl would write, before its gate opens: outbox rows
 -- (control tables: for each target cell), shards, the ten hottest shards,
 -- the id span, the batches and time at outbox.backfill_rate_per_minute, and
--- the deepest a shard gets without and with outbox.backfill_max_shard_depth.
+-- the deepest a shard gets without and with outbox.backfill_max_shard_depth,
+-- and the time at the rate the worker's batches have run at (NULL before
+-- the worker has run any).
 -- Exact, or estimated from sample_percent of the table's pages.  Reads the
 -- table as its owner (src/backfill/backfill_plan.cpp).
 CREATE OR REPLACE FUNCTION outbox.plan_backfill(tbl regclass, sample_percent float8 DEFAULT NULL,
     OUT method text, OUT rows bigint, OUT shards bigint, OUT hottest_shards jsonb,
     OUT id_span bigint, OUT batches bigint, OUT eta_at_budget interval,
-    OUT peak_shard_depth bigint, OUT peak_shard_depth_guarded bigint)
+    OUT peak_shard_depth bigint, OUT peak_shard_depth_guarded bigint,
+    OUT eta_at_worker_rate interval)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_plan_backfill';

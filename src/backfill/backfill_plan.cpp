@@ -16,6 +16,7 @@
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
+#include "worker/worker.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
@@ -137,7 +138,13 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
     // The deepest a shard gets from the backfill alone: without the guard,
     // all its rows; with it, the bound plus one batch of at most the bound.
     int64 guarded = Min(hottest_rows, 2 * (int64)backfill_max_shard_depth);
-    Datum values[9] = {
+    // At the rate the worker's batches have run at so far, if they have.
+    double rate;
+    bool measured = worker_backfill_rate(&rate);
+    Interval *eta_measured = (Interval *)palloc0(sizeof(Interval));
+    if (measured)
+        eta_measured->time = (int64)((double)id_span / rate * USECS_PER_SEC);
+    Datum values[10] = {
         CStringGetTextDatum(sampled ? psprintf("sampled %g%% of the pages", percent) : "exact"),
         Int64GetDatum(rows * fan_out),
         Int64GetDatum(shards * fan_out),
@@ -146,8 +153,9 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
         Int64GetDatum(batches),
         IntervalPGetDatum(eta),
         Int64GetDatum(hottest_rows),
-        Int64GetDatum(guarded)};
-    bool nulls[9] = {false, false, false, hottest == (Datum)0,          false,
-                     false, false, false, backfill_max_shard_depth == 0};
+        Int64GetDatum(guarded),
+        IntervalPGetDatum(eta_measured)};
+    bool nulls[10] = {false, false, false, hottest == (Datum)0,           false,
+                      false, false, false, backfill_max_shard_depth == 0, !measured};
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(result_desc), values, nulls));
 }

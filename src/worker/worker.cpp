@@ -294,6 +294,7 @@ void backfill(int64 budget) {
         if (max_depth > 0)
             batch_size = Min(batch_size, max_depth);
         ErrorData *error = nullptr;
+        TimestampTz started = GetCurrentTimestamp();
         bool ok = in_transaction(
             "pg_outbox: backfilling",
             [&] {
@@ -304,6 +305,16 @@ void backfill(int64 budget) {
             },
             &error);
         set_throttled(tables[i], ok && throttled);
+        if (ok && ran && *ids > 0) {
+            long secs;
+            int usecs;
+            TimestampDifference(started, GetCurrentTimestamp(), &secs, &usecs);
+            SpinLockAcquire(&worker_shared->mutex);
+            worker_shared->backfill_ids_timed =
+                saturating_add(worker_shared->backfill_ids_timed, *ids);
+            worker_shared->backfill_usecs += (int64)secs * USECS_PER_SEC + usecs;
+            SpinLockRelease(&worker_shared->mutex);
+        }
         if (!ok) {
             bool store_down =
                 ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;

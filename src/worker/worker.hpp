@@ -10,6 +10,11 @@ namespace pgoutbox {
 // (outbox.stats_reset()); nothing without shared_preload_libraries.
 void worker_reset_totals();
 
+// The ids a second the worker's backfill batches have covered, over the
+// time they took (budget waits left out); false before any batch, or
+// without shared_preload_libraries.
+bool worker_backfill_rate(double *ids_per_second);
+
 // From _PG_init, while shared_preload_libraries is processed.
 void register_worker();
 

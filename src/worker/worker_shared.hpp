@@ -30,6 +30,9 @@ struct WorkerShared {
     // (outbox.backfill_max_shard_depth); beyond the array, not shown.
     int nthrottled;
     Oid throttled[64];
+    // The backfill batches that ran, for outbox.plan_backfill's ETA.
+    int64 backfill_ids_timed;
+    int64 backfill_usecs;
 };
 
 // NULL unless pg_outbox is in shared_preload_libraries.

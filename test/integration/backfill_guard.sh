@@ -82,4 +82,6 @@ check "the hot shard never went past the bound plus one batch (deepest seen: $ma
     [ "$max_depth" -le $((2 * BOUND)) ]
 check "the gate was closed and the worker killed on the way" [ "$closed$killed" = 11 ]
 check "every member was delivered" wait_for 60 "SELECT count(DISTINCT object) FROM seen" 120000
+check "the plan now has an ETA at the worker's measured rate" \
+    [ "$(q -c "SELECT eta_at_worker_rate > interval '0' FROM outbox.plan_backfill('member')")" = t ]
 checks_done backfill_guard

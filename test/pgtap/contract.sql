@@ -82,7 +82,7 @@ outbox.skip_message(text,integer,bigint,integer,bigint,text) silo text, shard_sc
           'the operating control functions of SPEC section 10');
 SELECT has_table('outbox', 'dead_letters', 'outbox.dead_letters');
 SELECT is(pg_get_function_arguments('outbox.plan_backfill(regclass, float8)'::regprocedure),
-          'tbl regclass, sample_percent double precision DEFAULT NULL::double precision, OUT method text, OUT rows bigint, OUT shards bigint, OUT hottest_shards jsonb, OUT id_span bigint, OUT batches bigint, OUT eta_at_budget interval, OUT peak_shard_depth bigint, OUT peak_shard_depth_guarded bigint',
+          'tbl regclass, sample_percent double precision DEFAULT NULL::double precision, OUT method text, OUT rows bigint, OUT shards bigint, OUT hottest_shards jsonb, OUT id_span bigint, OUT batches bigint, OUT eta_at_budget interval, OUT peak_shard_depth bigint, OUT peak_shard_depth_guarded bigint, OUT eta_at_worker_rate interval',
           'outbox.plan_backfill arguments (issue 16)');
 SELECT is(current_setting('outbox.backfill_max_shard_depth'), '0',
           'outbox.backfill_max_shard_depth defaults to 0 (off)');
