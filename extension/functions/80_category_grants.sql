@@ -87,6 +87,17 @@ BEGIN
         RAISE EXCEPTION 'role % holds no % privilege on category %', role, privilege,
             quote_literal(category) USING ERRCODE = 'undefined_object';
     END IF;
+    -- Fences the claims of the category made by roles that no longer hold
+    -- CONSUME on it: their shards are due again, and their tokens complete
+    -- nothing (outbox.complete() checks the grant too).
+    IF privilege = 'CONSUME' THEN
+        DELETE FROM outbox.consumer_claims l
+         WHERE category_id = ANY (l.categories)
+           AND NOT EXISTS (SELECT FROM pg_roles r WHERE r.oid = l.consumer AND r.rolsuper)
+           AND NOT EXISTS (SELECT FROM outbox.category_grants g
+                            WHERE g.category = category_id AND g.privilege = 'CONSUME'
+                              AND pg_has_role(l.consumer, g.role, 'USAGE'));
+    END IF;
 END
 $$;
 

@@ -28,6 +28,9 @@ GRANT EXECUTE ON FUNCTION
     outbox.set_replication_version(regclass, int),
     outbox.register_foreign_key(regclass, name, text, text),
     outbox.unregister_foreign_key(regclass, name) TO PUBLIC;
+-- Consumers: checked in C against CONSUME grants (64_consumers.sql).
+GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text),
+    outbox.complete(bigint[], int[]), outbox.fail(bigint, int, text) TO PUBLIC;
 
 -- pg_monitor reads; it cannot reset, drain, open gates or change anything.
 GRANT USAGE ON SCHEMA outbox TO pg_monitor;

@@ -6,6 +6,9 @@
 -- Operating control: max_attempts, paused shards, dead letters.
 -- @include tables/80_operating_control.sql
 
+-- Consumers outside the database: claims with leases.
+-- @include tables/90_consumers.sql
+
 -- outbox._backfill_status() gains a column (eta_at_budget): its return type
 -- changes, so it and the view on it are made again by functions/.
 DROP VIEW outbox.backfill_status;

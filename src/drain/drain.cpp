@@ -43,14 +43,20 @@ constexpr int cache_reserve = 8;
 
 } // namespace
 
-const char *unpaused(Silo silo) {
+const char *not_held(Silo silo) {
     return silo == Silo::Cell
                ? " AND NOT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'cell'"
                  " AND p.shard_scope = o.shard_scope AND p.shard_identifier = o.shard_identifier"
                  " AND p.cell_name = '')"
+                 " AND NOT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'cell'"
+                 " AND l.shard_scope = o.shard_scope AND l.shard_identifier = o.shard_identifier"
+                 " AND l.cell_name = '' AND l.lease_until > pg_catalog.clock_timestamp())"
                : " AND NOT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'control'"
                  " AND p.shard_scope = o.shard_scope AND p.shard_identifier = o.shard_identifier"
-                 " AND p.cell_name = o.cell_name)";
+                 " AND p.cell_name = o.cell_name)"
+                 " AND NOT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'control'"
+                 " AND l.shard_scope = o.shard_scope AND l.shard_identifier = o.shard_identifier"
+                 " AND l.cell_name = o.cell_name AND l.lease_until > pg_catalog.clock_timestamp())";
 }
 
 // The claim is an advisory lock held to the end of the transaction.  Its
@@ -111,12 +117,28 @@ struct RowNow {
     int message;          // -1: not part of a message
 };
 
-// Finds each row of a segment as it is now, with the latest snapshot (taken
-// after the claim, so a delivery another drainer committed before it is
-// seen): through a HOT chain (the outbox has no index, so an update that
-// backs a row off is usually HOT and its old version is pruned to a
-// redirect), else through the update chain; a row whose ctid holds another
-// id now is gone.  Returns false when a row was backed off since it was
+// The latest version of the row with this id that was at tid, into slot:
+// through a HOT chain (the outbox has no index, so an update that backs a
+// row off is usually HOT and its old version is pruned to a redirect), else
+// through the update chain; false when it is gone (its ctid holds another
+// id now, or its page was truncated away).
+bool fetch_latest(Relation rel, TableScanDesc scan, IndexFetchTableData *fetch,
+                  TupleTableSlot *slot, Snapshot snapshot, ItemPointerData tid, int64 id) {
+    if (!table_tuple_tid_valid(scan, &tid))
+        return false;
+    bool call_again = false, all_dead = false;
+    bool fetched = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead);
+    if (!fetched) {
+        table_tuple_get_latest_tid(scan, &tid);
+        fetched = table_tuple_fetch_row_version(rel, &tid, snapshot, slot);
+    }
+    bool isnull;
+    return fetched && DatumGetInt64(slot_getattr(slot, outbox_attnum(OUTBOX_ID), &isnull)) == id;
+}
+
+// Finds each row of a segment as it is now (fetch_latest), with the latest
+// snapshot (taken after the claim, so a delivery another drainer committed
+// before it is seen).  Returns false when a row was backed off since it was
 // read (someone else failed the shard meanwhile), or when the partition was
 // rewritten since (its ctids mean nothing now).
 bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now_rows,
@@ -137,19 +159,9 @@ bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now
         RowNow *found = &now_rows[i];
         found->present = false;
         found->message = -1;
-        ItemPointerData tid = row->ctid;
-        if (!table_tuple_tid_valid(scan, &tid))
-            continue; // the page was truncated away: the row is gone
-        bool call_again = false, all_dead = false;
-        bool fetched = table_index_fetch_tuple(fetch, &tid, snapshot, slot, &call_again, &all_dead);
-        if (!fetched) {
-            table_tuple_get_latest_tid(scan, &tid);
-            fetched = table_tuple_fetch_row_version(rel, &tid, snapshot, slot);
-        }
-        bool isnull;
-        if (!fetched ||
-            DatumGetInt64(slot_getattr(slot, outbox_attnum(OUTBOX_ID), &isnull)) != row->id)
+        if (!fetch_latest(rel, scan, fetch, slot, snapshot, row->ctid, row->id))
             continue;
+        bool isnull;
         TimestampTz from =
             DatumGetTimestampTz(slot_getattr(slot, outbox_attnum(OUTBOX_SCHEDULED_FROM), &isnull));
         TimestampTz until =
@@ -171,8 +183,9 @@ bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now
 }
 
 // The shards of the batch that must not be delivered now, though they were
-// read: those paused (outbox.pause_shard) and those that failed in another
-// session after the batch's rows were read (their outbox.shard_errors row
+// read: those paused (outbox.pause_shard), those a consumer holds under a
+// live lease (outbox.claim, this session's own claims included), and those
+// that failed in another session after the batch's rows were read (their outbox.shard_errors row
 // was written by a transaction the read snapshot did not see).  One query
 // per silo and batch.
 void skip_stopped_shards(DrainBatch *batch) {
@@ -215,7 +228,12 @@ void skip_stopped_shards(DrainBatch *batch) {
                            " UNION ALL"
                            " SELECT p.shard_scope, p.shard_identifier, p.cell_name, NULL, true"
                            " FROM outbox.paused_shards p JOIN k ON p.shard_scope = k.s"
-                           " AND p.shard_identifier = k.i AND p.cell_name = k.c WHERE p.silo = $1",
+                           " AND p.shard_identifier = k.i AND p.cell_name = k.c WHERE p.silo = $1"
+                           " UNION ALL"
+                           " SELECT l.shard_scope, l.shard_identifier, l.cell_name, NULL, true"
+                           " FROM outbox.consumer_claims l JOIN k ON l.shard_scope = k.s"
+                           " AND l.shard_identifier = k.i AND l.cell_name = k.c WHERE l.silo = $1"
+                           " AND l.lease_until > pg_catalog.clock_timestamp()",
                            4, types, args, true, SPI_OK_SELECT);
         PopActiveSnapshot();
         for (uint64 r = 0; r < found; r++) {
@@ -535,16 +553,17 @@ int32 record_error(const ShardKey *shard, const Message *failed, const char *err
     return attempts;
 }
 
-// Moves rows (by ctid) of a shard's partition to outbox.dead_letters, in
-// id order.
-void dead_letter_rows(const DrainSegment *segment, const ItemPointerData *tids, int n,
+// Moves rows of a shard's partition to outbox.dead_letters, in id order:
+// those whose ctid (or, for a consumer's claim that lost track of some, id)
+// is in the array rows.
+void dead_letter_rows(const DrainSegment *segment, const char *which, Datum rows, Oid rows_type,
                       int32 attempts, const char *error) {
-    Oid types[4] = {TIDARRAYOID, TEXTOID, INT4OID, TEXTOID};
-    Datum args[4] = {tid_array(tids, n), CStringGetTextDatum(silo_text(segment->shard.silo)),
+    Oid types[4] = {rows_type, TEXTOID, INT4OID, TEXTOID};
+    Datum args[4] = {rows, CStringGetTextDatum(silo_text(segment->shard.silo)),
                      Int32GetDatum(attempts), CStringGetTextDatum(error)};
     spi("moving a message to the dead letters",
         psprintf(
-            "WITH moved AS (DELETE FROM %s o WHERE o.ctid = ANY ($1) RETURNING o.*)"
+            "WITH moved AS (DELETE FROM %s o WHERE o.%s = ANY ($1) RETURNING o.*)"
             " INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier,"
             " cell_name, category, object_identifier, payload, outbox_id, date_added,"
             " attempts, last_error)"
@@ -553,7 +572,7 @@ void dead_letter_rows(const DrainSegment *segment, const ItemPointerData *tids, 
             " FROM moved m ORDER BY m.id",
             quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
                                        get_rel_name(segment->partition)),
-            segment->shard.silo == Silo::Control ? "m.cell_name" : "NULL"),
+            which, segment->shard.silo == Silo::Control ? "m.cell_name" : "NULL"),
         4, types, args, false, SPI_OK_INSERT);
 }
 
@@ -673,44 +692,32 @@ void deliver(DrainBatch *batch, const RowNow *now_rows, const Message *messages,
         }
 }
 
-// The delivered messages of each category that has one registered table in
-// its silo, handed to record_tombstones: those whose row is gone leave a
-// tombstone.
+// The delivered messages of the batch, to tombstones_of_delivered.
 void tombstones_of_deleted_rows(const DrainBatch *batch, const Message *messages, int nmessages,
                                 const bool *delivered) {
-    const Registry *registry = registry_get();
-    if (registry->nsole_tables == 0 || nmessages == 0)
+    if (registry_get()->nsole_tables == 0 || nmessages == 0)
         return;
-    auto *ids = (int64 *)palloc(sizeof(int64) * nmessages);
-    for (int t = 0; t < registry->nsole_tables; t++) {
-        const SoleTable *table = &registry->sole_tables[t];
-        int n = 0;
-        for (int m = 0; m < nmessages; m++) {
-            const Message *message = &messages[m];
-            bool control = batch->segments[message->segment].shard.silo == Silo::Control;
-            if (delivered[m] && message->category == table->category && control == table->control)
-                ids[n++] = message->object_identifier;
-        }
-        record_tombstones(table, ids, n);
+    auto *categories = (int32 *)palloc(sizeof(int32) * nmessages);
+    auto *objects = (int64 *)palloc(sizeof(int64) * nmessages);
+    auto *control = (bool *)palloc(sizeof(bool) * nmessages);
+    int n = 0;
+    for (int m = 0; m < nmessages; m++) {
+        if (!delivered[m])
+            continue;
+        categories[n] = messages[m].category;
+        objects[n] = messages[m].object_identifier;
+        control[n] = batch->segments[messages[m].segment].shard.silo == Silo::Control;
+        n++;
     }
-    pfree(ids);
+    tombstones_of_delivered(n, categories, objects, control);
 }
 
-} // namespace
-
-void refuse_drain_in_handler(const char *function) {
-    if (in_handler)
-        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
-                        errmsg("%s cannot be called from a handler", function),
-                        errdetail("A handler that drains would start drains without end.")));
-}
-
-void drain_batch(DrainBatch *batch, DrainStats *stats) {
-    MemoryContext work = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox drain batch",
-                                               ALLOCSET_DEFAULT_SIZES);
-    MemoryContext caller = MemoryContextSwitchTo(work);
+// Steps 1 to 3 (drain.hpp): claims, the rows as they are now, and their
+// messages; the rest of a shard that failed in an earlier batch is backed
+// off here.
+int claim_and_coalesce(DrainBatch *batch, DrainStats *stats, RowNow **now_rows_out,
+                       Message **messages_out) {
     TimestampTz now = GetCurrentTimestamp();
-
     // Claims first, then what the rows are now.
     for (int s = 0; s < batch->nsegments; s++) {
         DrainSegment *segment = &batch->segments[s];
@@ -749,7 +756,46 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
     }
 
     Message *messages = (Message *)palloc(sizeof(Message) * Max(batch->nrows, 1));
-    int nmessages = coalesce(batch, now_rows, messages);
+    *now_rows_out = now_rows;
+    *messages_out = messages;
+    return coalesce(batch, now_rows, messages);
+}
+
+} // namespace
+
+void refuse_drain_in_handler(const char *function) {
+    if (in_handler)
+        ereport(ERROR, (errcode(ERRCODE_FEATURE_NOT_SUPPORTED),
+                        errmsg("%s cannot be called from a handler", function),
+                        errdetail("A handler that drains would start drains without end.")));
+}
+
+// Those of each category that has one registered table in its silo, handed
+// to record_tombstones: those whose row is gone leave a tombstone.
+void tombstones_of_delivered(int n, const int32 *categories, const int64 *objects,
+                             const bool *control) {
+    const Registry *registry = registry_get();
+    if (registry->nsole_tables == 0 || n == 0)
+        return;
+    auto *ids = (int64 *)palloc(sizeof(int64) * n);
+    for (int t = 0; t < registry->nsole_tables; t++) {
+        const SoleTable *table = &registry->sole_tables[t];
+        int found = 0;
+        for (int m = 0; m < n; m++)
+            if (categories[m] == table->category && control[m] == table->control)
+                ids[found++] = objects[m];
+        record_tombstones(table, ids, found);
+    }
+    pfree(ids);
+}
+
+void drain_batch(DrainBatch *batch, DrainStats *stats) {
+    MemoryContext work = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox drain batch",
+                                               ALLOCSET_DEFAULT_SIZES);
+    MemoryContext caller = MemoryContextSwitchTo(work);
+    RowNow *now_rows;
+    Message *messages;
+    int nmessages = claim_and_coalesce(batch, stats, &now_rows, &messages);
     bool *delivered = (bool *)palloc0(sizeof(bool) * Max(nmessages, 1));
     int *failed_at = (int *)palloc(sizeof(int) * batch->nsegments);
     char **errors = (char **)palloc0(sizeof(char *) * batch->nsegments);
@@ -799,7 +845,8 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
                 for (int i = segment->first; i < segment->first + segment->nrows; i++)
                     if (now_rows[i].present && now_rows[i].message == failed_at[s])
                         tids[n++] = now_rows[i].ctid;
-                dead_letter_rows(segment, tids, n, attempts, errors[s]);
+                dead_letter_rows(segment, "ctid", tid_array(tids, n), TIDARRAYOID, attempts,
+                                 errors[s]);
                 clear_error(&segment->shard);
                 make_due(segment);
                 segment->outcome = SegmentOutcome::Blocked;
@@ -828,6 +875,147 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
     CommandCounterIncrement();
     MemoryContextSwitchTo(caller);
     MemoryContextDelete(work);
+}
+
+void lease_batch(DrainBatch *batch, LeasedBatch *leased) {
+    DrainStats stats = {0, 0, 0, 0};
+    RowNow *now_rows;
+    Message *messages;
+    int n = claim_and_coalesce(batch, &stats, &now_rows, &messages);
+    leased->nmessages = n;
+    leased->messages = (LeasedMessage *)palloc(sizeof(LeasedMessage) * Max(n, 1));
+    leased->ctids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(batch->nrows, 1));
+    leased->ids = (int64 *)palloc(sizeof(int64) * Max(batch->nrows, 1));
+    // Rows message by message: where each message's rows start, then each
+    // row in its place (rows are in id order, so each message's are too).
+    int *next = (int *)palloc(sizeof(int) * Max(n, 1));
+    int end = 0;
+    for (int m = 0; m < n; m++) {
+        const Message *message = &messages[m];
+        next[m] = end;
+        end += message->nrows;
+        const RowNow *newest = &now_rows[message->newest];
+        leased->messages[m] = LeasedMessage{message->segment,
+                                            message->category,
+                                            message->object_identifier,
+                                            newest->payload,
+                                            batch->rows[message->first].id,
+                                            batch->rows[message->newest].id,
+                                            message->oldest_added,
+                                            end};
+    }
+    for (int i = 0; i < batch->nrows; i++) {
+        int m = now_rows[i].message;
+        if (m < 0)
+            continue;
+        leased->ctids[next[m]] = now_rows[i].ctid;
+        leased->ids[next[m]] = batch->rows[i].id;
+        next[m]++;
+    }
+    for (int s = 0; s < batch->nsegments; s++)
+        batch->segments[s].outcome = SegmentOutcome::Blocked;
+}
+
+namespace {
+
+// The rows that are still there, as ctids of their latest versions; the ids
+// of the others in *missing.
+int find_claimed_rows(const ClaimedRows *rows, Oid partition, ItemPointerData *found,
+                      int64 *missing, int *nmissing) {
+    Relation rel = table_open(partition, RowExclusiveLock);
+    Snapshot snapshot = RegisterSnapshot(GetLatestSnapshot());
+    TupleTableSlot *slot = table_slot_create(rel, nullptr);
+    IndexFetchTableData *fetch = table_index_fetch_begin(rel);
+    TableScanDesc scan = table_beginscan_tid(rel, snapshot);
+    int n = 0;
+    *nmissing = 0;
+    for (int i = 0; i < rows->n; i++) {
+        if (fetch_latest(rel, scan, fetch, slot, snapshot, rows->ctids[i], rows->ids[i]))
+            found[n++] = slot->tts_tid;
+        else
+            missing[(*nmissing)++] = rows->ids[i];
+    }
+    table_endscan(scan);
+    table_index_fetch_end(fetch);
+    ExecDropSingleTupleTableSlot(slot);
+    UnregisterSnapshot(snapshot);
+    table_close(rel, NoLock);
+    return n;
+}
+
+Datum int8_array(const int64 *values, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = Int64GetDatum(values[i]);
+    return PointerGetDatum(construct_array(items, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+// The condition on a shard's rows in its partition, $2 to $4.
+const char *shard_condition(const ShardKey *shard) {
+    return shard->cell_name ? "o.shard_scope = $2 AND o.shard_identifier = $3 AND o.cell_name = $4"
+                            : "o.shard_scope = $2 AND o.shard_identifier = $3 AND $4 = ''";
+}
+
+} // namespace
+
+int64 delete_claimed_rows(const ClaimedRows *rows) {
+    if (rows->n == 0)
+        return 0;
+    const ShardKey *shard = &rows->shard;
+    Oid partition = shard_partition(shard);
+    auto *found = (ItemPointerData *)palloc(sizeof(ItemPointerData) * rows->n);
+    auto *missing = (int64 *)palloc(sizeof(int64) * rows->n);
+    int nmissing;
+    int n = find_claimed_rows(rows, partition, found, missing, &nmissing);
+    Relation rel = table_open(partition, RowExclusiveLock);
+    // Under the shard's claim: each ctid still holds the row found.
+    for (int i = 0; i < n; i++)
+        simple_table_tuple_delete(rel, &found[i], GetActiveSnapshot());
+    table_close(rel, NoLock);
+    int64 deleted = n;
+    if (nmissing > 0) {
+        // Gone (an operator skipped it), or moved where no ctid leads: the
+        // partition was rewritten (compacted) since the claim.  By id, in
+        // one scan of the partition.
+        CommandCounterIncrement();
+        Oid types[4] = {INT8ARRAYOID, INT4OID, INT8OID, TEXTOID};
+        Datum args[4] = {int8_array(missing, nmissing), Int32GetDatum(shard->shard_scope),
+                         Int64GetDatum(shard->shard_identifier),
+                         CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
+        deleted += (int64)spi(
+            "deleting delivered rows",
+            psprintf("DELETE FROM %s o WHERE o.id = ANY ($1) AND %s",
+                     quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
+                                                get_rel_name(partition)),
+                     shard_condition(shard)),
+            4, types, args, false, SPI_OK_DELETE);
+    }
+    CommandCounterIncrement();
+    return deleted;
+}
+
+void fail_claimed_message(const ClaimedRows *failing_rows, int32 category, int64 object_identifier,
+                          const char *error) {
+    DrainSegment segment = {};
+    segment.shard = failing_rows->shard;
+    segment.partition = shard_partition(&segment.shard);
+    Message failed = {};
+    failed.category = category;
+    failed.object_identifier = object_identifier;
+    int32 max_attempts;
+    int32 attempts = record_error(&segment.shard, &failed, error, &max_attempts);
+    stats_count_handler_error(category);
+    if (max_attempts > 0 && attempts >= max_attempts) {
+        // Its rows by id: a consumer's failure is rare enough for a scan
+        // of the partition.
+        dead_letter_rows(&segment, "id", int8_array(failing_rows->ids, failing_rows->n),
+                         INT8ARRAYOID, attempts, error);
+        clear_error(&segment.shard);
+        make_due(&segment);
+    } else {
+        back_off_rest(&segment, PG_INT64_MIN);
+    }
+    CommandCounterIncrement();
 }
 
 } // namespace pgoutbox

@@ -100,12 +100,15 @@ extern int drain_batch_size;
 // the transaction, and the lock table is finite.
 constexpr int drain_max_shards = 1000;
 
+// Argument n of an SQL function: 'cell' or 'control', else an ERROR.
+Silo silo_argument(FunctionCallInfo fcinfo, int n);
+
 // ERROR when called while a handler runs.
 void refuse_drain_in_handler(const char *function);
 
-// The condition that leaves paused shards out of a read of the outbox (of
-// silo) aliased o.
-const char *unpaused(Silo silo);
+// The condition that leaves out of a read of the outbox (of silo, aliased
+// o) the shards that are paused or that a consumer holds under a live lease.
+const char *not_held(Silo silo);
 
 // Claims a shard for the rest of the transaction; false when another
 // session holds it, unless wait (then it waits for that session's end).
@@ -124,5 +127,53 @@ bool subtransactions_left();
 // Delivers a batch as described above, in the caller's transaction, inside
 // SPI; sets each segment's outcome.  Works in a memory context of its own.
 void drain_batch(DrainBatch *batch, DrainStats *stats);
+
+// A batch handed to a consumer instead of handlers (consumer.cpp): steps 1
+// to 3 above, then the messages of the segments it claimed, in order, with
+// their rows as they are now, grouped message by message.  Every segment's
+// outcome is Blocked: the rest of a claimed shard waits for its completion.
+struct LeasedMessage {
+    int segment;
+    int32 category;
+    int64 object_identifier;
+    Datum payload; // the newest row's jsonb; 0 for NULL
+    int64 first_id, last_id;
+    TimestampTz oldest_added;
+    int row_end; // its rows end here in LeasedBatch's row arrays
+};
+
+struct LeasedBatch {
+    int nmessages;
+    LeasedMessage *messages;
+    ItemPointerData *ctids; // of every row of the messages, message by message
+    int64 *ids;
+};
+
+// In the caller's memory context, inside SPI.
+void lease_batch(DrainBatch *batch, LeasedBatch *leased);
+
+// Claimed rows, delivered or given up, as a consumer reports them.
+struct ClaimedRows {
+    ShardKey shard;
+    const ItemPointerData *ctids; // where the claim found them
+    const int64 *ids;
+    int n;
+};
+
+// Deletes the rows (their latest versions; a row that moved without a trace
+// is looked up by id) that are still there; returns how many it deleted.
+int64 delete_claimed_rows(const ClaimedRows *rows);
+
+// A consumer's failure of a message (the one of category, object_identifier
+// in the shard), as a handler's failure is recorded: the shard's error and
+// its failure count; at max_attempts, failing_rows go to the dead letters
+// and the shard is due, else the whole shard backs off.
+void fail_claimed_message(const ClaimedRows *failing_rows, int32 category, int64 object_identifier,
+                          const char *error);
+
+// Delivered messages whose object no longer exists in the one table
+// registered under their category leave tombstones (cascade/tombstones.hpp).
+void tombstones_of_delivered(int n, const int32 *categories, const int64 *objects,
+                             const bool *control);
 
 } // namespace pgoutbox

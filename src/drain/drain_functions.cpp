@@ -9,9 +9,7 @@
 
 using namespace pgoutbox;
 
-namespace {
-
-Silo silo_argument(FunctionCallInfo fcinfo, int n) {
+Silo pgoutbox::silo_argument(FunctionCallInfo fcinfo, int n) {
     if (PG_ARGISNULL(n))
         ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("silo must not be NULL")));
     char *silo = text_to_cstring(PG_GETARG_TEXT_PP(n));
@@ -23,6 +21,8 @@ Silo silo_argument(FunctionCallInfo fcinfo, int n) {
                     errmsg("silo must be 'cell' or 'control', not %s", quote_literal_cstr(silo))));
     pg_unreachable();
 }
+
+namespace {
 
 // The shard named by arguments 0 to 3: silo, shard_scope, shard_identifier,
 // cell_name (control shards only).

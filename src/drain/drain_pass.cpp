@@ -41,8 +41,10 @@ struct DrainPass {
     MemoryContext context;       // the pass
     MemoryContext batch_context; // the current batch
     bool silos[2];               // cell, control
-    int silo;                    // being walked: 0 cell, 1 control
-    int partition;               // being walked, in by_remainder order; -1 before the first
+    int32 *categories;           // read; NULL: those with a handler
+    int ncategories;
+    int silo;      // being walked: 0 cell, 1 control
+    int partition; // being walked, in by_remainder order; -1 before the first
     Oid partition_relid;
     Oid partition_filenode;
     TimestampTz read_at;
@@ -126,7 +128,7 @@ bool read_next_partition(DrainPass *pass) {
                 return false;
             pass->partition = 0;
         }
-        if (registry->nhandlers > 0)
+        if ((pass->categories ? pass->ncategories : registry->nhandlers) > 0)
             break;
     }
     bool control = pass->silo == 1;
@@ -142,15 +144,17 @@ bool read_next_partition(DrainPass *pass) {
         control ? "cell_name" : "NULL::text", shard,
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
                                    get_rel_name(pass->partition_relid)),
-        unpaused(control ? Silo::Control : Silo::Cell), shard);
-    Datum *categories = (Datum *)palloc(sizeof(Datum) * registry->nhandlers);
-    for (int h = 0; h < registry->nhandlers; h++)
-        categories[h] = Int32GetDatum(registry->handler_categories[h]);
+        not_held(control ? Silo::Control : Silo::Cell), shard);
+    int ncategories = pass->categories ? pass->ncategories : registry->nhandlers;
+    const int32 *read = pass->categories ? pass->categories : registry->handler_categories;
+    Datum *categories = (Datum *)palloc(sizeof(Datum) * ncategories);
+    for (int c = 0; c < ncategories; c++)
+        categories[c] = Int32GetDatum(read[c]);
     Oid types[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
     pass->read_at = GetCurrentTimestamp();
-    Datum args[2] = {PointerGetDatum(construct_array(categories, registry->nhandlers, INT4OID, 4,
-                                                     true, TYPALIGN_INT)),
-                     TimestampTzGetDatum(pass->read_at)};
+    Datum args[2] = {
+        PointerGetDatum(construct_array(categories, ncategories, INT4OID, 4, true, TYPALIGN_INT)),
+        TimestampTzGetDatum(pass->read_at)};
 
     // A fresh snapshot, kept: drain.cpp tells from it which shard errors
     // were written after the read.
@@ -264,7 +268,7 @@ void settle_last_batch(DrainPass *pass) {
 
 } // namespace
 
-DrainPass *drain_pass_begin(bool cell, bool control) {
+DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, int ncategories) {
     MemoryContext context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox drain pass", ALLOCSET_DEFAULT_SIZES);
     auto *pass = (DrainPass *)MemoryContextAllocZero(context, sizeof(DrainPass));
@@ -273,6 +277,12 @@ DrainPass *drain_pass_begin(bool cell, bool control) {
         AllocSetContextCreate(context, "pg_outbox drain batch rows", ALLOCSET_DEFAULT_SIZES);
     pass->silos[0] = cell;
     pass->silos[1] = control;
+    if (categories != nullptr) {
+        pass->categories =
+            (int32 *)MemoryContextAlloc(context, sizeof(int32) * Max(ncategories, 1));
+        memcpy(pass->categories, categories, sizeof(int32) * ncategories);
+        pass->ncategories = ncategories;
+    }
     pass->silo = cell ? 0 : control ? 1 : 2;
     pass->partition = -1;
     return pass;
@@ -397,7 +407,7 @@ DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
         " AND o.category = ANY ($3)%s%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
                                    get_rel_name(partition)),
-        shard->cell_name ? " AND o.cell_name = $5" : "", unpaused(shard->silo));
+        shard->cell_name ? " AND o.cell_name = $5" : "", not_held(shard->silo));
     uint64 n = pg::spi_run("reading a shard", sql, shard->cell_name ? 5 : 4, types, args, nullptr,
                            true, 0, SPI_OK_SELECT);
     for (uint64 i = 0; i < n; i++) {

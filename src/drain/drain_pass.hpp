@@ -27,9 +27,11 @@ namespace pgoutbox {
 
 struct DrainPass;
 
-// A pass over the due shards of the given silos, as of now.  Lives in its
-// own memory context under TopMemoryContext until drain_pass_end.
-DrainPass *drain_pass_begin(bool cell, bool control);
+// A pass over the due shards of the given silos, as of now, reading the
+// rows of the given categories (NULL: those that have a handler).  Lives in
+// its own memory context under TopMemoryContext until drain_pass_end.
+DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories = nullptr,
+                            int ncategories = 0);
 
 // The next batch, of at most max_rows rows of at most max_shards shards, or
 // NULL when the pass is over.  Inside SPI; reads the next partition when the

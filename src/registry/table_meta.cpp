@@ -287,7 +287,13 @@ const Registry *registry_get() {
     load_outbox_table(&fresh->control_outbox, "control_outbox", "control_outbox_id_seq",
                       outbox_natts(true));
     MemoryContextSwitchTo(old);
+    // With the latest snapshot: the invalidation that brought us here may
+    // have arrived after this transaction's snapshot was taken (the worker
+    // holds one across a unit of work), and a registry read with it would
+    // be stale and yet kept as valid.
+    PushActiveSnapshot(GetLatestSnapshot());
     load_registrations(fresh);
+    PopActiveSnapshot();
 
     MemoryContextSetParent(context, CacheMemoryContext);
     if (registry != nullptr)

@@ -2,6 +2,7 @@
 #include "pg/guard.hpp"
 
 #include "stats/lag_histogram.hpp"
+#include "worker/worker.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -136,8 +137,10 @@ int pending_capacity = 0;
 bool callbacks_registered = false;
 
 void flush_pending() {
+    bool wrote = false;
     for (int i = 0; i < npending; i++) {
         const Pending &p = pending[i];
+        wrote = wrote || p.saved > 0 || p.backfilled > 0;
         update(p.category, [&p](Counters *c) {
             c->saved += p.saved;
             c->backfilled += p.backfilled;
@@ -146,6 +149,8 @@ void flush_pending() {
         });
     }
     npending = 0;
+    if (wrote)
+        worker_outbox_committed();
 }
 
 // Runs at commit: must not raise an ERROR (update() does not).

@@ -32,6 +32,7 @@
 
 extern "C" {
 #include "pgstat.h"
+#include "commands/async.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
 #include "storage/ipc.h"
@@ -60,6 +61,8 @@ void worker_shmem_startup() {
     if (!found) {
         memset(worker_shared, 0, sizeof(WorkerShared));
         SpinLockInit(&worker_shared->mutex);
+        pg_atomic_init_u32(&worker_shared->notify_pending, 0);
+        pg_atomic_init_u32(&worker_shared->cycle_requested, 0);
     }
 }
 
@@ -100,9 +103,14 @@ void report_error(const char *what, ErrorData *edata) {
 // context is current again afterwards: CommitTransactionCommand and
 // AbortOutOfAnyTransaction leave TopMemoryContext current, and whatever was
 // allocated there would never be freed.
+//
+// Each one also relays the commits that wrote outbox rows since the last to
+// consumers, with a NOTIFY sent when it commits: a long cycle delays a
+// wake-up by one unit of work at most.
 template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
     MemoryContext context = CurrentMemoryContext;
     volatile bool ok = true;
+    volatile bool notifying = false;
     PG_TRY();
     {
         SetCurrentStatementStartTimestamp();
@@ -113,11 +121,18 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
         fn();
         SPI_finish();
         PopActiveSnapshot();
+        if (pg_atomic_read_u32(&worker_shared->notify_pending) != 0 &&
+            pg_atomic_exchange_u32(&worker_shared->notify_pending, 0) != 0) {
+            notifying = true;
+            Async_Notify(consumer_channel, "");
+        }
         CommitTransactionCommand();
     }
     PG_CATCH();
     {
         pg::forget_abandoned_frames();
+        if (notifying)
+            pg_atomic_write_u32(&worker_shared->notify_pending, 1); // the next one sends it
         HOLD_INTERRUPTS();
         MemoryContextSwitchTo(context);
         ErrorData *edata = CopyErrorData();
@@ -450,6 +465,28 @@ void forget_pid(int, Datum) {
 
 } // namespace
 
+void worker_outbox_committed() {
+    if (worker_shared == nullptr || pg_atomic_read_u32(&worker_shared->notify_pending) != 0 ||
+        pg_atomic_exchange_u32(&worker_shared->notify_pending, 1) != 0)
+        return;
+    SpinLockAcquire(&worker_shared->mutex);
+    Latch *latch = worker_shared->latch;
+    SpinLockRelease(&worker_shared->mutex);
+    if (latch != nullptr)
+        SetLatch(latch);
+}
+
+bool worker_wake_for_cycle() {
+    pg_atomic_write_u32(&worker_shared->cycle_requested, 1);
+    SpinLockAcquire(&worker_shared->mutex);
+    Latch *latch = worker_shared->latch;
+    bool running = worker_shared->pid != 0;
+    SpinLockRelease(&worker_shared->mutex);
+    if (running && latch != nullptr)
+        SetLatch(latch);
+    return running;
+}
+
 void worker_reset_totals() {
     if (worker_shared == nullptr)
         return;
@@ -507,17 +544,35 @@ void outbox_worker_main(Datum) {
         AllocSetContextCreate(TopMemoryContext, "pg_outbox worker loop", ALLOCSET_SMALL_SIZES);
     ereport(LOG, (errmsg("pg_outbox worker started on database \"%s\"", database_name)));
     bool busy = false;
+    TimestampTz next_cycle = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), naptime_ms);
     for (;;) {
         MemoryContextSwitchTo(loop_context);
         MemoryContextReset(loop_context);
-        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH,
-                        busy ? 0 : naptime_ms, PG_WAIT_EXTENSION);
+        long wait_ms = 0;
+        if (!busy) {
+            long secs;
+            int usecs;
+            TimestampDifference(GetCurrentTimestamp(), next_cycle, &secs, &usecs);
+            wait_ms = Min(secs * 1000 + usecs / 1000, (long)naptime_ms);
+        }
+        (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
+                        PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
         }
+        // Woken by a commit that wrote outbox rows: consumers learn of it
+        // now; the cycle keeps its own pace.
+        if (pg_atomic_read_u32(&worker_shared->notify_pending) != 0)
+            in_transaction(
+                "pg_outbox: waking consumers", [] {}, nullptr);
+        TimestampTz now = GetCurrentTimestamp();
+        bool requested = pg_atomic_exchange_u32(&worker_shared->cycle_requested, 0) != 0;
+        if (!busy && !requested && now < next_cycle)
+            continue;
+        next_cycle = TimestampTzPlusMilliseconds(now, naptime_ms);
         busy = false;
         if (!worker_enabled)
             continue;

@@ -15,6 +15,20 @@ void worker_reset_totals();
 // without shared_preload_libraries.
 bool worker_backfill_rate(double *ids_per_second);
 
+// The channel consumers LISTEN on: the worker NOTIFYs it (no payload) after
+// commits that wrote outbox rows, once for all those that committed while
+// it was busy, so that capture never takes NOTIFY's cluster-wide commit
+// lock itself.
+constexpr const char *consumer_channel = "pg_outbox";
+
+// At the commit of a transaction that wrote outbox rows; never raises an
+// ERROR (it runs from a commit callback).  Nothing without
+// shared_preload_libraries.
+void worker_outbox_committed();
+
+// outbox.wake_worker(): a cycle now; false when the worker is not running.
+bool worker_wake_for_cycle();
+
 // From _PG_init, while shared_preload_libraries is processed.
 void register_worker();
 

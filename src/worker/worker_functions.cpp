@@ -14,13 +14,7 @@ OUTBOX_FUNCTION(outbox_wake_worker) {
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("the pg_outbox worker is not available"),
                         errhint("Add pg_outbox to shared_preload_libraries and restart.")));
-    SpinLockAcquire(&worker_shared->mutex);
-    Latch *latch = worker_shared->latch;
-    bool running = worker_shared->pid != 0;
-    SpinLockRelease(&worker_shared->mutex);
-    if (running && latch != nullptr)
-        SetLatch(latch);
-    PG_RETURN_BOOL(running);
+    PG_RETURN_BOOL(worker_wake_for_cycle());
 }
 
 // One row, always: without the preload the state says so and the rest is

@@ -6,6 +6,7 @@
 #include "worker/worker.hpp"
 
 extern "C" {
+#include "port/atomics.h"
 #include "storage/latch.h"
 #include "storage/spin.h"
 }
@@ -33,6 +34,11 @@ struct WorkerShared {
     // The backfill batches that ran, for outbox.plan_backfill's ETA.
     int64 backfill_ids_timed;
     int64 backfill_usecs;
+    // Set by a commit that wrote outbox rows; the worker NOTIFYs consumers
+    // (worker_outbox_committed) and clears it.
+    pg_atomic_uint32 notify_pending;
+    // Set by outbox.wake_worker(): a cycle now, not at the next naptime.
+    pg_atomic_uint32 cycle_requested;
 };
 
 // NULL unless pg_outbox is in shared_preload_libraries.

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Consumer benchmark: messages per second through the Python consumer of
+# consumer/outbox_consumer.py (claims of 1,000, a no-op handler, its own
+# process over a Unix socket) and through the background worker with a
+# no-op PL/pgSQL handler, side by side on the same fills:
+#   A. 1,000 shards x 100 rows, 10 objects per shard (10,000 messages);
+#   B. 200,000 rows of distinct objects over 1,000 shards (200,000 messages);
+# then commit-to-consumer lag p50/p99 under 1,000 writes/s (pgbench) with
+# the consumer woken by LISTEN/NOTIFY.
+#
+#   bash bench/consumer/run.sh        # RUNS=3 LAG_SECONDS=20
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+RUNS=${RUNS:-3}
+LAG_SECONDS=${LAG_SECONDS:-20}
+PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+work=$(mktemp -d)
+chmod 777 "$work"
+trap 'kill $consumer 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
+consumer=
+install_extension "$root"
+redis_start
+cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = off" \
+    "outbox.worker_enabled = off" "outbox.database_name = postgres"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+export OUTBOX_DSN="host=$PGHOST port=$PGPORT dbname=postgres user=consumer"
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
+SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
+CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+SELECT outbox.register_handler('MEMBER_UPDATE', 'noop(outbox.message)');
+CREATE ROLE consumer LOGIN;
+SELECT outbox.grant_category('MEMBER_UPDATE', 'consumer', 'CONSUME');
+SQL
+
+fill() { # shards rows_per_shard objects_per_shard
+    q -c "TRUNCATE outbox.cell_outbox" -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+          SELECT 0, s, 1, s * 100000 + r % $3, jsonb_build_object('r', r)
+            FROM generate_series(1, $1) s, generate_series(1, $2) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
+}
+wait_empty() {
+    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do sleep 0.02; done
+}
+drain_worker() { # messages/s with the worker (one transaction per batch)
+    local start ms
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
+    start=$(date +%s%N)
+    wait_empty
+    ms=$(ms_since "$start")
+    q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 0.3
+    echo $(($1 * 1000 / ms))
+}
+drain_consumer() { # messages/s with the Python consumer, from its wake-up
+    local start ms
+    "$PYTHON" "$root/bench/consumer/consume.py" noop &
+    consumer=$!
+    sleep 1 # connected and listening, idle: the fill made no NOTIFY
+    start=$(date +%s%N)
+    q -c "NOTIFY pg_outbox"
+    wait_empty
+    ms=$(ms_since "$start")
+    kill -TERM $consumer
+    wait $consumer
+    consumer=
+    echo $(($1 * 1000 / ms))
+}
+
+declare -A rate
+for run in $(seq "$RUNS"); do
+    fill 1000 100 10; rate[a_worker]+="$(drain_worker 10000) "
+    fill 1000 100 10; rate[a_consumer]+="$(drain_consumer 10000) "
+    fill 1000 200 200; rate[b_worker]+="$(drain_worker 200000) "
+    fill 1000 200 200; rate[b_consumer]+="$(drain_consumer 200000) "
+    echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}" >&2
+done
+[[ $(q -c "SELECT delivered FROM outbox.stats WHERE category = 1") == $((RUNS * 420000)) ]] || {
+    echo "delivered: $(q -c "SELECT delivered FROM outbox.stats WHERE category = 1")" >&2; exit 1; }
+
+# Lag: 1,000 single-row inserts a second into a registered table for
+# LAG_SECONDS, consumed by the Python consumer; the handler measures from
+# the row's written_at (clock_timestamp() at insert) to its call.
+q >/dev/null <<'SQL'
+SELECT outbox.unregister_handler('MEMBER_UPDATE');
+CREATE TABLE member (id bigserial PRIMARY KEY, organization_id bigint NOT NULL,
+                     written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+SELECT outbox.register_table('member', 'MEMBER_UPDATE', shard_column => 'organization_id',
+                             payload_columns => '{written_at}');
+ALTER SYSTEM SET outbox.worker_enabled = on;
+ALTER SYSTEM RESET outbox.naptime;
+SELECT pg_reload_conf();
+SQL
+"$PYTHON" "$root/bench/consumer/consume.py" lag >"$work/lag.out" &
+consumer=$!
+sleep 1
+echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 999)::int);' >"$work/insert.sql"
+"$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1
+sleep 2
+kill -TERM $consumer
+wait $consumer
+consumer=
+read -r p50 p99 pmax nlag <"$work/lag.out"
+tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
+
+med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
+ratio() { awk -v a="$(med "$1")" -v b="$(med "$2")" 'BEGIN{printf "%.2f", a/b}'; }
+{
+echo "# pg_outbox consumer benchmark"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(q -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/consumer/run.sh\` RUNS=$RUNS"
+echo
+echo "Medians of $RUNS runs, all in one run of the script.  The worker calls a no-op PL/pgSQL handler"
+echo "inside the database; the Python consumer (consumer/outbox_consumer.py, psycopg2, claims of 1,000,"
+echo "a no-op handler) runs in its own process over a Unix socket, timed from its NOTIFY wake-up."
+echo
+echo "| workload | worker, messages/s | Python consumer, messages/s | consumer / worker |"
+echo "|---|---:|---:|---:|"
+echo "| A: 1,000 shards x 100 rows, 10 objects each (10,000 messages) | $(med a_worker) | $(med a_consumer) | $(ratio a_consumer a_worker) |"
+echo "| B: 200,000 rows, distinct objects, 1,000 shards (200,000 messages) | $(med b_worker) | $(med b_consumer) | $(ratio b_consumer b_worker) |"
+echo
+echo "Lag, commit to the Python consumer's handler, under ${tps%.*} tx/s of single-row inserts for ${LAG_SECONDS} s (LISTEN/NOTIFY wake-ups through the worker): p50 ${p50} ms, p99 ${p99} ms, max ${pmax} ms over $nlag messages."
+} | tee "$root/bench/consumer/results.md"

@@ -1,0 +1,90 @@
+#!/usr/bin/env python3
+"""A pg_outbox consumer to copy: claims messages, hands each to handle(),
+completes them.  Replace handle() with your code; it must be idempotent (a
+message is delivered again when a lease ends before its completion).
+
+    OUTBOX_DSN='dbname=app user=consumer' python3 outbox_consumer.py [category ...]
+
+Needs psycopg2 (Debian: python3-psycopg2) and a role granted CONSUME on the
+categories (outbox.grant_category).  SIGTERM or SIGINT: stops after the
+message in hand, completes what was handled and gives the rest back.
+"""
+import json
+import os
+import select
+import signal
+import sys
+
+import psycopg2
+
+COLUMNS = ("claim", "message_number", "silo", "shard_scope", "shard_identifier",
+           "cell_name", "category", "object_identifier", "payload")
+
+
+def handle(message):
+    """Delivers one message (a dict of COLUMNS); raise to fail it."""
+    print(json.dumps(message), flush=True)
+
+
+class Consumer:
+    def __init__(self, dsn, handle, categories=None, batch=1000, lease="30 seconds", poll=5.0):
+        self.handle, self.categories = handle, categories or None
+        self.batch, self.lease, self.poll = batch, lease, poll
+        self.conn = psycopg2.connect(dsn)
+        self.conn.autocommit = True  # each call is its own transaction
+        self.cur = self.conn.cursor()
+        self.cur.execute("LISTEN pg_outbox")  # the worker NOTIFYs after commits
+        self.stopping = False
+
+    def stop(self, *_):
+        self.stopping = True
+
+    def run(self):
+        wake_r, wake_w = os.pipe()  # a signal ends the wait at once
+        os.set_blocking(wake_w, False)
+        signal.set_wakeup_fd(wake_w)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.stop)
+        while not self.stopping:
+            if self.consume_batch() == 0 and not self.stopping:
+                select.select([self.conn, wake_r], [], [], self.poll)
+                self.conn.poll()
+                self.conn.notifies.clear()
+        self.conn.close()
+
+    def consume_batch(self):
+        """Claims, handles and completes one batch; returns the messages claimed."""
+        self.cur.execute(
+            "SELECT " + ", ".join(COLUMNS) + " FROM outbox.claim(%s, %s, %s)",
+            (self.batch, self.lease, self.categories))
+        rows = self.cur.fetchall()
+        handled = {}  # claim -> messages handled, in claim order
+        failed = set()
+        for row in rows:
+            message = dict(zip(COLUMNS, row))
+            claim = message["claim"]
+            handled.setdefault(claim, 0)
+            if claim in failed or self.stopping:
+                continue  # the rest of a failed shard waits; on stop, given back
+            try:
+                self.handle(message)
+            except Exception as error:  # the shard backs off, as after a handler's error
+                failed.add(claim)
+                del handled[claim]
+                self.cur.execute("SELECT outbox.fail(%s, %s, %s)",
+                                 (claim, message["message_number"], repr(error)[:1000]))
+                continue
+            handled[claim] = message["message_number"]
+        if handled:
+            try:
+                self.cur.execute("SELECT outbox.complete(%s, %s)",
+                                 (list(handled), list(handled.values())))
+            except psycopg2.Error as error:  # 55000: a lease ended; delivered again later
+                if error.pgcode != "55000":
+                    raise
+                print("outbox: completion refused:", error.pgerror.strip(), file=sys.stderr)
+        return len(rows)
+
+
+if __name__ == "__main__":
+    Consumer(os.environ.get("OUTBOX_DSN", ""), handle, sys.argv[1:]).run()

@@ -1,0 +1,48 @@
+------------------------------------------------------------------------------
+-- Consumers outside the database (README, "Consumers")
+------------------------------------------------------------------------------
+-- One row per shard that a consumer holds: outbox.claim() writes it, and
+-- outbox.complete() or outbox.fail() deletes it.  While lease_until is
+-- ahead, nobody else drains the shard; once it has passed, the shard is due
+-- again (a later claim replaces the row), and the token no longer completes
+-- anything.  The claimed rows are kept message by message: rows_ctid and
+-- rows_id in message order, message k's rows ending at message_ends[k], so
+-- that completing k messages deletes exactly the rows that were handed out,
+-- never a row committed after the claim.  Not dumped: a lease means nothing
+-- in a restored database.
+CREATE SEQUENCE outbox.consumer_claims_claim_seq;
+CREATE TABLE outbox.consumer_claims (
+    claim            bigint        PRIMARY KEY,
+    silo             text          NOT NULL CHECK (silo IN ('cell', 'control')),
+    shard_scope      int           NOT NULL,
+    shard_identifier bigint        NOT NULL,
+    cell_name        text          NOT NULL DEFAULT '',
+    consumer         regrole       NOT NULL,
+    claimed_at       timestamptz   NOT NULL,
+    lease_until      timestamptz   NOT NULL,
+    categories       int[]         NOT NULL,
+    rows_ctid        tid[]         NOT NULL,
+    rows_id          bigint[]      NOT NULL,
+    message_ends     int[]         NOT NULL,
+    message_category int[]         NOT NULL,
+    message_object   bigint[]      NOT NULL,
+    message_added    timestamptz[] NOT NULL,
+    UNIQUE (silo, shard_scope, shard_identifier, cell_name)
+);
+
+-- What outbox.claim() returns: one coalesced message of a claimed shard.
+CREATE TYPE outbox.claimed_message AS (
+    claim             bigint,   -- the shard's claim token
+    message_number    int,      -- its place in the claim, from 1
+    silo              text,
+    shard_scope       int,
+    shard_identifier  bigint,
+    cell_name         text,     -- control silo only
+    category          text,
+    object_identifier bigint,
+    payload           jsonb,    -- the newest row's
+    first_id          bigint,
+    last_id           bigint,
+    coalesced         int,      -- outbox rows delivered as this message
+    lease_until       timestamptz
+);

@@ -1,0 +1,771 @@
+// Consumers outside the database: outbox.claim(), outbox.complete() and
+// outbox.fail() (README, "Consumers").
+//
+// A claim is a drain whose handler is a process outside the database.  It
+// walks due shards with a drain pass (drain_pass.hpp) of its own, claims
+// them as a drain does (advisory lock, tried; drain.cpp), and instead of
+// calling handlers records a lease per shard in outbox.consumer_claims and
+// returns the shard's first messages.  The lease holds the shard across
+// transactions: drains and other claims leave a shard alone while its lease
+// is live (drain.cpp, not_held and skip_stopped_shards), and find it due
+// again once the lease has passed.
+//
+// complete() and fail() take the shard's advisory lock (waited for), then
+// delete the claim row with a fresh snapshot and check its lease: a claim
+// that replaced an expired one did so under the same lock, so a token whose
+// lease passed can never delete rows that were handed to someone else.
+// They delete exactly the rows the claim handed out (by ctid, checked by
+// id), never a row committed after the claim.
+//
+// All of it runs as the extension's owner, after checking that the calling
+// role holds CONSUME on the categories (outbox.grant_category): no code of
+// the caller's runs in between.  Plain C-style code: PostgreSQL errors
+// unwind through it.
+#include "drain/drain.hpp"
+#include "drain/drain_pass.hpp"
+#include "pg/guard.hpp"
+#include "pg/spi.hpp"
+#include "settings.hpp"
+#include "stats/stats.hpp"
+
+extern "C" {
+#include "common/int.h"
+#include "datatype/timestamp.h"
+#include "funcapi.h"
+#include "miscadmin.h"
+#include "port.h"
+#include "utils/array.h"
+#include "utils/builtins.h"
+#include "utils/timestamp.h"
+}
+
+using namespace pgoutbox;
+
+namespace {
+
+// What one call may claim at most: the messages are in memory.
+constexpr int max_claim_messages = 10000;
+
+// The categories a call works on, with their names.
+struct Categories {
+    int n;
+    int32 *ids;
+    char **names;
+};
+
+const char *category_name(const Categories *categories, int32 id) {
+    for (int c = 0; c < categories->n; c++)
+        if (categories->ids[c] == id)
+            return categories->names[c];
+    return "";
+}
+
+// The categories that role may consume: of names when given (an unknown or
+// refused name is an ERROR), else all that it holds CONSUME on.  Inside SPI,
+// as the extension's owner.
+Categories consumable_categories(Oid role, ArrayType *names) {
+    Oid types[2] = {TEXTARRAYOID, OIDOID};
+    Datum args[2] = {names ? PointerGetDatum(names) : (Datum)0, ObjectIdGetDatum(role)};
+    char nulls[2] = {names ? ' ' : 'n', ' '};
+    uint64 n =
+        pg::spi_run("reading the categories a role may consume",
+                    "SELECT c.id, c.name, EXISTS (SELECT FROM outbox.category_grants g"
+                    " WHERE g.category = c.id AND g.privilege = 'CONSUME'"
+                    " AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
+                    " FROM outbox.categories c WHERE $1 IS NULL OR c.name = ANY ($1) ORDER BY c.id",
+                    2, types, args, nulls, true, 0, SPI_OK_SELECT);
+    bool everything = superuser_arg(role);
+    Categories result = {0, (int32 *)palloc(sizeof(int32) * Max(n, 1)),
+                         (char **)palloc(sizeof(char *) * Max(n, 1))};
+    for (uint64 r = 0; r < n; r++) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        bool isnull;
+        char *name = SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2);
+        if (!everything && !DatumGetBool(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 3, &isnull))) {
+            if (names == nullptr)
+                continue;
+            ereport(ERROR,
+                    (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                     errmsg("permission denied to consume category %s", quote_literal_cstr(name)),
+                     errhint("The extension's owner grants it with "
+                             "outbox.grant_category(%s, role, 'CONSUME').",
+                             quote_literal_cstr(name))));
+        }
+        result.ids[result.n] =
+            DatumGetInt32(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 1, &isnull));
+        result.names[result.n] = name;
+        result.n++;
+    }
+    if (names != nullptr) {
+        Datum *items;
+        bool *item_nulls;
+        int nitems;
+        deconstruct_array(names, TEXTOID, -1, false, TYPALIGN_INT, &items, &item_nulls, &nitems);
+        for (int i = 0; i < nitems; i++) {
+            char *name = TextDatumGetCString(items[i]);
+            bool found = false;
+            for (int c = 0; c < result.n && !found; c++)
+                found = strcmp(result.names[c], name) == 0;
+            if (!found)
+                ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                                errmsg("category %s is not registered", quote_literal_cstr(name))));
+        }
+    }
+    if (result.n == 0)
+        ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                        errmsg("role %s may consume no category", GetUserNameFromId(role, false)),
+                        errhint("The extension's owner grants categories with "
+                                "outbox.grant_category(category, role, 'CONSUME').")));
+    return result;
+}
+
+// The pass this session's claims walk, and what it reads.  A claim goes on
+// where the last one stopped, so a backlog costs one read of the outbox per
+// pass, not one per call (as outbox.drain() does).
+DrainPass *session_pass = nullptr;
+bool session_silos[2];
+int32 *session_categories = nullptr; // in TopMemoryContext
+int session_ncategories = 0;
+
+constexpr long stale_pass_ms = 10000;
+
+void end_session_pass() {
+    if (session_pass != nullptr)
+        drain_pass_end(session_pass);
+    session_pass = nullptr;
+}
+
+bool session_pass_serves(bool cell, bool control, const Categories *categories) {
+    if (session_pass == nullptr || session_silos[0] != cell || session_silos[1] != control ||
+        session_ncategories != categories->n ||
+        TimestampDifferenceExceeds(drain_pass_read_at(session_pass), GetCurrentTimestamp(),
+                                   stale_pass_ms))
+        return false;
+    return memcmp(session_categories, categories->ids, sizeof(int32) * categories->n) == 0;
+}
+
+void begin_session_pass(bool cell, bool control, const Categories *categories) {
+    end_session_pass();
+    session_pass = drain_pass_begin(cell, control, categories->ids, categories->n);
+    session_silos[0] = cell;
+    session_silos[1] = control;
+    if (session_categories != nullptr)
+        pfree(session_categories);
+    session_categories =
+        (int32 *)MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(categories->n, 1));
+    memcpy(session_categories, categories->ids, sizeof(int32) * categories->n);
+    session_ncategories = categories->n;
+}
+
+const char *silo_text(Silo silo) {
+    return silo == Silo::Cell ? "cell" : "control";
+}
+
+int64 random_token() {
+    uint64 token;
+    if (!pg_strong_random(&token, sizeof token))
+        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
+                        errmsg("could not generate a random claim token")));
+    return (int64)(token >> 1) + 1; // positive
+}
+
+int compare_int64(const void *a, const void *b) {
+    int64 x = *(const int64 *)a, y = *(const int64 *)b;
+    return (x > y) - (x < y);
+}
+
+Datum int4_datums(const int32 *values, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = Int32GetDatum(values[i]);
+    return PointerGetDatum(construct_array(items, n, INT4OID, 4, true, TYPALIGN_INT));
+}
+
+Datum int8_datums(const int64 *values, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = Int64GetDatum(values[i]);
+    return PointerGetDatum(construct_array(items, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+// Records the leases of a leased batch's shards (one INSERT) and writes
+// their messages to the result; returns the messages written.  A shard
+// whose live lease someone else recorded meanwhile is left out.
+int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Categories *categories,
+                  Oid role, TimestampTz claimed_at, TimestampTz lease_until,
+                  Tuplestorestate *result, TupleDesc result_desc) {
+    if (leased->nmessages == 0)
+        return 0;
+    int nsegments = batch->nsegments;
+    // Per segment: its token, and where its rows and messages are in the
+    // flat arrays (1-based, inclusive; empty when it has no message).
+    auto *tokens = (int64 *)palloc0(sizeof(int64) * nsegments);
+    auto *row_first = (int32 *)palloc(sizeof(int32) * nsegments);
+    auto *row_last = (int32 *)palloc(sizeof(int32) * nsegments);
+    auto *message_first = (int32 *)palloc(sizeof(int32) * nsegments);
+    auto *message_last = (int32 *)palloc(sizeof(int32) * nsegments);
+    auto *ends = (int32 *)palloc(sizeof(int32) * leased->nmessages);
+    auto *message_categories = (int32 *)palloc(sizeof(int32) * leased->nmessages);
+    auto *objects = (int64 *)palloc(sizeof(int64) * leased->nmessages);
+    auto *added = (Datum *)palloc(sizeof(Datum) * leased->nmessages);
+    int nleased = 0;
+    for (int s = 0; s < nsegments; s++)
+        message_first[s] = 0;
+    int row_start = 0;
+    for (int m = 0; m < leased->nmessages; m++) {
+        const LeasedMessage *message = &leased->messages[m];
+        int s = message->segment;
+        if (message_first[s] == 0) {
+            message_first[s] = m + 1;
+            row_first[s] = row_start + 1;
+            tokens[s] = random_token();
+            nleased++;
+        }
+        message_last[s] = m + 1;
+        row_last[s] = message->row_end;
+        ends[m] = message->row_end - row_first[s] + 1; // within the shard's rows
+        message_categories[m] = message->category;
+        objects[m] = message->object_identifier;
+        added[m] = TimestampTzGetDatum(message->oldest_added);
+        row_start = message->row_end;
+    }
+    // The segments that have messages, in arrays for unnest.
+    auto *silos = (Datum *)palloc(sizeof(Datum) * nleased);
+    auto *scopes = (int32 *)palloc(sizeof(int32) * nleased);
+    auto *identifiers = (int64 *)palloc(sizeof(int64) * nleased);
+    auto *cells = (Datum *)palloc(sizeof(Datum) * nleased);
+    auto *leased_tokens = (int64 *)palloc(sizeof(int64) * nleased);
+    auto *bounds = (int32 *)palloc(sizeof(int32) * nleased * 4);
+    int k = 0;
+    for (int s = 0; s < nsegments; s++) {
+        if (message_first[s] == 0)
+            continue;
+        const ShardKey *shard = &batch->segments[s].shard;
+        silos[k] = CStringGetTextDatum(silo_text(shard->silo));
+        scopes[k] = shard->shard_scope;
+        identifiers[k] = shard->shard_identifier;
+        cells[k] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
+        leased_tokens[k] = tokens[s];
+        bounds[k] = row_first[s];
+        bounds[nleased + k] = row_last[s];
+        bounds[2 * nleased + k] = message_first[s];
+        bounds[3 * nleased + k] = message_last[s];
+        k++;
+    }
+    Datum *tid_items = (Datum *)palloc(sizeof(Datum) * Max(row_start, 1));
+    for (int i = 0; i < row_start; i++)
+        tid_items[i] = PointerGetDatum(&leased->ctids[i]);
+    Oid types[18] = {INT8ARRAYOID,   TEXTARRAYOID,   INT4ARRAYOID,       INT8ARRAYOID, TEXTARRAYOID,
+                     INT4ARRAYOID,   INT4ARRAYOID,   INT4ARRAYOID,       INT4ARRAYOID, OIDOID,
+                     TIMESTAMPTZOID, TIMESTAMPTZOID, TIDARRAYOID,        INT8ARRAYOID, INT4ARRAYOID,
+                     INT4ARRAYOID,   INT8ARRAYOID,   TIMESTAMPTZARRAYOID};
+    Datum args[18] = {
+        int8_datums(leased_tokens, nleased),
+        PointerGetDatum(construct_array(silos, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
+        int4_datums(scopes, nleased),
+        int8_datums(identifiers, nleased),
+        PointerGetDatum(construct_array(cells, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
+        int4_datums(bounds, nleased),
+        int4_datums(bounds + nleased, nleased),
+        int4_datums(bounds + 2 * nleased, nleased),
+        int4_datums(bounds + 3 * nleased, nleased),
+        ObjectIdGetDatum(role),
+        TimestampTzGetDatum(claimed_at),
+        TimestampTzGetDatum(lease_until),
+        PointerGetDatum(construct_array(tid_items, row_start, TIDOID, sizeof(ItemPointerData),
+                                        false, TYPALIGN_SHORT)),
+        int8_datums(leased->ids, row_start),
+        int4_datums(ends, leased->nmessages),
+        int4_datums(message_categories, leased->nmessages),
+        int8_datums(objects, leased->nmessages),
+        PointerGetDatum(construct_array(added, leased->nmessages, TIMESTAMPTZOID, 8,
+                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
+    // A shard whose lease passed is claimed again by replacing its row.
+    const char *sql =
+        "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
+        " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
+        " message_ends, message_category, message_object, message_added)"
+        " SELECT s.claim, s.silo, s.scope, s.identifier, s.cell, $10, $11, $12,"
+        " ARRAY(SELECT DISTINCT c FROM pg_catalog.unnest($16[s.mf:s.ml]) c),"
+        " $13[s.rf:s.rl], $14[s.rf:s.rl], $15[s.mf:s.ml], $16[s.mf:s.ml], $17[s.mf:s.ml],"
+        " $18[s.mf:s.ml]"
+        " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
+        " pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($6),"
+        " pg_catalog.unnest($7), pg_catalog.unnest($8), pg_catalog.unnest($9))"
+        " AS s (claim, silo, scope, identifier, cell, rf, rl, mf, ml)"
+        " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
+        " claim = excluded.claim, consumer = excluded.consumer,"
+        " claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,"
+        " categories = excluded.categories, rows_ctid = excluded.rows_ctid,"
+        " rows_id = excluded.rows_id, message_ends = excluded.message_ends,"
+        " message_category = excluded.message_category,"
+        " message_object = excluded.message_object, message_added = excluded.message_added"
+        " WHERE l.lease_until <= pg_catalog.clock_timestamp()"
+        " RETURNING l.claim";
+    MemoryContext caller = CurrentMemoryContext;
+    uint64 recorded = pg::spi_run("recording claims", sql, 18, types, args, nullptr, false, 0,
+                                  SPI_OK_INSERT_RETURNING);
+    MemoryContextSwitchTo(caller);
+    auto *taken = (int64 *)palloc(sizeof(int64) * Max(recorded, 1));
+    for (uint64 r = 0; r < recorded; r++) {
+        bool isnull;
+        taken[r] =
+            DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+    }
+    qsort(taken, recorded, sizeof(int64), compare_int64);
+    CommandCounterIncrement();
+
+    int written = 0;
+    for (int m = 0; m < leased->nmessages; m++) {
+        const LeasedMessage *message = &leased->messages[m];
+        int s = message->segment;
+        if (bsearch(&tokens[s], taken, recorded, sizeof(int64), compare_int64) == nullptr)
+            continue;
+        const ShardKey *shard = &batch->segments[s].shard;
+        int first_row =
+            m + 1 == message_first[s] ? row_first[s] - 1 : leased->messages[m - 1].row_end;
+        Datum values[13];
+        bool nulls[13] = {false};
+        values[0] = Int64GetDatum(tokens[s]);
+        values[1] = Int32GetDatum(m + 2 - message_first[s]);
+        values[2] = CStringGetTextDatum(silo_text(shard->silo));
+        values[3] = Int32GetDatum(shard->shard_scope);
+        values[4] = Int64GetDatum(shard->shard_identifier);
+        values[5] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
+        nulls[5] = shard->cell_name == nullptr;
+        values[6] = CStringGetTextDatum(category_name(categories, message->category));
+        values[7] = Int64GetDatum(message->object_identifier);
+        values[8] = message->payload;
+        nulls[8] = message->payload == (Datum)0;
+        values[9] = Int64GetDatum(message->first_id);
+        values[10] = Int64GetDatum(message->last_id);
+        values[11] = Int32GetDatum(message->row_end - first_row);
+        values[12] = TimestampTzGetDatum(lease_until);
+        tuplestore_putvalues(result, result_desc, values, nulls);
+        written++;
+    }
+    return written;
+}
+
+int64 lease_usecs_argument(FunctionCallInfo fcinfo, int n) {
+    if (PG_ARGISNULL(n))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("lease must not be NULL")));
+    Interval *lease = PG_GETARG_INTERVAL_P(n);
+    int64 usecs = 0;
+    bool valid = lease->month == 0 && lease->day >= 0 && lease->day <= 1 &&
+                 !pg_add_s64_overflow(lease->time, (int64)lease->day * USECS_PER_DAY, &usecs) &&
+                 usecs > 0 && usecs <= USECS_PER_DAY;
+    if (!valid)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("lease must be more than 0 and at most 1 day, not %s",
+                    DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(lease))))));
+    return usecs;
+}
+
+// A claim as complete() and fail() take it: its row, deleted.
+struct Claim {
+    int64 token;
+    ShardKey shard;
+    int nrows;
+    ItemPointerData *ctids;
+    int64 *ids;
+    int nmessages;
+    int32 *ends; // message k's rows end at ends[k] (1-based counts)
+    int32 *message_categories;
+    int64 *objects;
+    TimestampTz *added;
+};
+
+// Elements of a one-dimensional array from an SPI result column.
+void spi_array(HeapTuple tuple, TupleDesc desc, int column, Oid element, int size, bool byval,
+               char align, Datum **items, int *n) {
+    bool isnull;
+    Datum value = SPI_getbinval(tuple, desc, column, &isnull);
+    deconstruct_array(DatumGetArrayTypeP(value), element, size, byval, align, items, nullptr, n);
+}
+
+// Takes the claims of tokens (all distinct) for the rest of the transaction:
+// their shards' advisory locks, then their rows deleted.  An ERROR when a
+// token is not held (never made, completed or failed, or replaced after its
+// lease passed), when its lease has passed, or when role may not consume
+// one of its categories.  Inside SPI, as the extension's owner.
+Claim *take_claims(const int64 *tokens, int n, Oid role) {
+    Oid types[1] = {INT8ARRAYOID};
+    Datum args[1] = {int8_datums(tokens, n)};
+    MemoryContext caller = CurrentMemoryContext;
+    uint64 found = pg::spi_run("finding claims",
+                               "SELECT claim, silo, shard_scope, shard_identifier, cell_name"
+                               " FROM outbox.consumer_claims WHERE claim = ANY ($1) ORDER BY claim",
+                               1, types, args, nullptr, true, 0, SPI_OK_SELECT);
+    MemoryContextSwitchTo(caller);
+    // Locks in token order: two calls that complete the same claims cannot
+    // deadlock.
+    for (uint64 r = 0; r < found; r++) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        bool isnull;
+        ShardKey shard;
+        shard.silo = strcmp(SPI_getvalue(tuple, SPI_tuptable->tupdesc, 2), "cell") == 0
+                         ? Silo::Cell
+                         : Silo::Control;
+        shard.shard_scope = DatumGetInt32(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 3, &isnull));
+        shard.shard_identifier =
+            DatumGetInt64(SPI_getbinval(tuple, SPI_tuptable->tupdesc, 4, &isnull));
+        char *cell = SPI_getvalue(tuple, SPI_tuptable->tupdesc, 5);
+        shard.cell_name = shard.silo == Silo::Control ? cell : nullptr;
+        (void)claim_shard(&shard, true);
+    }
+    // A fresh snapshot, after the locks: whoever replaced an expired claim
+    // did so under the lock, and has committed.
+    uint64 deleted = pg::spi_run(
+        "taking claims",
+        "DELETE FROM outbox.consumer_claims WHERE claim = ANY ($1) RETURNING claim, silo,"
+        " shard_scope, shard_identifier, cell_name, lease_until <= pg_catalog.clock_timestamp(),"
+        " lease_until, rows_ctid, rows_id, message_ends, message_category, message_object,"
+        " message_added, categories",
+        1, types, args, nullptr, false, 0, SPI_OK_DELETE_RETURNING);
+    MemoryContextSwitchTo(caller);
+    SPITupleTable *taken = SPI_tuptable;
+    auto *claims = (Claim *)palloc0(sizeof(Claim) * Max(n, 1));
+    int32 *categories = nullptr;
+    int ncategories = 0;
+    for (int i = 0; i < n; i++) {
+        uint64 r = 0;
+        bool isnull;
+        while (r < deleted && DatumGetInt64(SPI_getbinval(taken->vals[r], taken->tupdesc, 1,
+                                                          &isnull)) != tokens[i])
+            r++;
+        if (r == deleted)
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("claim " INT64_FORMAT " is not held", tokens[i]),
+                            errdetail("It was completed or failed, its lease passed and another "
+                                      "claim took the shard, or it was never made."),
+                            errhint("Its messages are delivered to whoever claims them next.")));
+        HeapTuple tuple = taken->vals[r];
+        if (DatumGetBool(SPI_getbinval(tuple, taken->tupdesc, 6, &isnull)))
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("the lease of claim " INT64_FORMAT " ended at %s", tokens[i],
+                                   SPI_getvalue(tuple, taken->tupdesc, 7)),
+                            errdetail("A claim whose lease has passed delivers nothing: its "
+                                      "messages go to whoever claims them next."),
+                            errhint("Take a longer lease, or claim fewer messages at once.")));
+        Claim *claim = &claims[i];
+        claim->token = tokens[i];
+        claim->shard.silo = strcmp(SPI_getvalue(tuple, taken->tupdesc, 2), "cell") == 0
+                                ? Silo::Cell
+                                : Silo::Control;
+        claim->shard.shard_scope = DatumGetInt32(SPI_getbinval(tuple, taken->tupdesc, 3, &isnull));
+        claim->shard.shard_identifier =
+            DatumGetInt64(SPI_getbinval(tuple, taken->tupdesc, 4, &isnull));
+        char *cell = SPI_getvalue(tuple, taken->tupdesc, 5);
+        claim->shard.cell_name = claim->shard.silo == Silo::Control ? cell : nullptr;
+        Datum *items;
+        int count;
+        spi_array(tuple, taken->tupdesc, 8, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT,
+                  &items, &claim->nrows);
+        claim->ctids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(claim->nrows, 1));
+        for (int k = 0; k < claim->nrows; k++)
+            claim->ctids[k] = *(ItemPointer)DatumGetPointer(items[k]);
+        spi_array(tuple, taken->tupdesc, 9, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items,
+                  &count);
+        claim->ids = (int64 *)palloc(sizeof(int64) * Max(count, 1));
+        for (int k = 0; k < count; k++)
+            claim->ids[k] = DatumGetInt64(items[k]);
+        spi_array(tuple, taken->tupdesc, 10, INT4OID, 4, true, TYPALIGN_INT, &items,
+                  &claim->nmessages);
+        claim->ends = (int32 *)palloc(sizeof(int32) * Max(claim->nmessages, 1));
+        for (int k = 0; k < claim->nmessages; k++)
+            claim->ends[k] = DatumGetInt32(items[k]);
+        spi_array(tuple, taken->tupdesc, 11, INT4OID, 4, true, TYPALIGN_INT, &items, &count);
+        claim->message_categories = (int32 *)palloc(sizeof(int32) * Max(count, 1));
+        for (int k = 0; k < count; k++)
+            claim->message_categories[k] = DatumGetInt32(items[k]);
+        spi_array(tuple, taken->tupdesc, 12, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items,
+                  &count);
+        claim->objects = (int64 *)palloc(sizeof(int64) * Max(count, 1));
+        for (int k = 0; k < count; k++)
+            claim->objects[k] = DatumGetInt64(items[k]);
+        spi_array(tuple, taken->tupdesc, 13, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+                  &items, &count);
+        claim->added = (TimestampTz *)palloc(sizeof(TimestampTz) * Max(count, 1));
+        for (int k = 0; k < count; k++)
+            claim->added[k] = DatumGetTimestampTz(items[k]);
+        spi_array(tuple, taken->tupdesc, 14, INT4OID, 4, true, TYPALIGN_INT, &items, &count);
+        categories = categories == nullptr
+                         ? (int32 *)palloc(sizeof(int32) * Max(count, 1))
+                         : (int32 *)repalloc(categories, sizeof(int32) * (ncategories + count));
+        for (int k = 0; k < count; k++)
+            categories[ncategories++] = DatumGetInt32(items[k]);
+    }
+    // The role must still hold CONSUME on every category it completes:
+    // revoking it fences the role's claims.
+    if (!superuser_arg(role) && ncategories > 0) {
+        Oid check_types[2] = {INT4ARRAYOID, OIDOID};
+        Datum check_args[2] = {int4_datums(categories, ncategories), ObjectIdGetDatum(role)};
+        uint64 refused = pg::spi_run(
+            "checking a consumer's categories",
+            "SELECT c.name FROM outbox.categories c WHERE c.id = ANY ($1) AND NOT EXISTS"
+            " (SELECT FROM outbox.category_grants g WHERE g.category = c.id"
+            " AND g.privilege = 'CONSUME' AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
+            " ORDER BY c.name LIMIT 1",
+            2, check_types, check_args, nullptr, true, 0, SPI_OK_SELECT);
+        MemoryContextSwitchTo(caller);
+        if (refused > 0) {
+            char *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+            ereport(ERROR,
+                    (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                     errmsg("permission denied to consume category %s", quote_literal_cstr(name))));
+        }
+    }
+    return claims;
+}
+
+// The rows of a claim's messages from first to last (0-based, last
+// excluded).
+ClaimedRows claimed_rows(const Claim *claim, int first, int last) {
+    int start = first == 0 ? 0 : claim->ends[first - 1];
+    int end = last == 0 ? 0 : claim->ends[last - 1];
+    return ClaimedRows{claim->shard, claim->ctids + start, claim->ids + start, end - start};
+}
+
+// Delivers the first k messages of a claim: their rows go, their counts and
+// lag are recorded, and the rows whose object is gone leave tombstones.
+void deliver_claimed(const Claim *claim, int k, TimestampTz now) {
+    if (k == 0)
+        return;
+    ClaimedRows rows = claimed_rows(claim, 0, k);
+    (void)delete_claimed_rows(&rows);
+    auto *control = (bool *)palloc(sizeof(bool) * k);
+    for (int m = 0; m < k; m++) {
+        int nrows = claim->ends[m] - (m == 0 ? 0 : claim->ends[m - 1]);
+        stats_count_delivered(claim->message_categories[m], claim->added[m], now);
+        stats_count_processed(claim->message_categories[m], nrows);
+        control[m] = claim->shard.silo == Silo::Control;
+    }
+    tombstones_of_delivered(k, claim->message_categories, claim->objects, control);
+}
+
+// Shards that went through: their recorded errors go (one statement).
+void clear_errors(const Claim *claims, const int32 *through, int n) {
+    auto *silos = (Datum *)palloc(sizeof(Datum) * n);
+    auto *scopes = (int32 *)palloc(sizeof(int32) * n);
+    auto *identifiers = (int64 *)palloc(sizeof(int64) * n);
+    auto *cells = (Datum *)palloc(sizeof(Datum) * n);
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        if (through[i] == 0)
+            continue;
+        const ShardKey *shard = &claims[i].shard;
+        silos[k] = CStringGetTextDatum(silo_text(shard->silo));
+        scopes[k] = shard->shard_scope;
+        identifiers[k] = shard->shard_identifier;
+        cells[k] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
+        k++;
+    }
+    if (k == 0)
+        return;
+    Oid types[4] = {TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
+    Datum args[4] = {PointerGetDatum(construct_array(silos, k, TEXTOID, -1, false, TYPALIGN_INT)),
+                     int4_datums(scopes, k), int8_datums(identifiers, k),
+                     PointerGetDatum(construct_array(cells, k, TEXTOID, -1, false, TYPALIGN_INT))};
+    MemoryContext caller = CurrentMemoryContext;
+    (void)pg::spi_run("clearing shard errors",
+                      "DELETE FROM outbox.shard_errors e USING ROWS FROM (pg_catalog.unnest($1),"
+                      " pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4))"
+                      " AS k (silo, scope, identifier, cell) WHERE e.silo = k.silo"
+                      " AND e.shard_scope = k.scope AND e.shard_identifier = k.identifier"
+                      " AND e.cell_name = k.cell",
+                      4, types, args, nullptr, false, 0, SPI_OK_DELETE);
+    MemoryContextSwitchTo(caller);
+}
+
+} // namespace
+
+// outbox.claim(max_messages, lease, categories, silo): up to max_messages
+// due messages of whole shards, each shard under a lease of its own.
+OUTBOX_FUNCTION(outbox_claim) {
+    refuse_drain_in_handler("outbox.claim()");
+    if (PG_ARGISNULL(0))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("max_messages must not be NULL")));
+    int32 max_messages = PG_GETARG_INT32(0);
+    if (max_messages < 1 || max_messages > max_claim_messages)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("max_messages must be between 1 and %d, not %d", max_claim_messages,
+                               max_messages)));
+    int64 lease_usecs = lease_usecs_argument(fcinfo, 1);
+    ArrayType *names = PG_ARGISNULL(2) ? nullptr : PG_GETARG_ARRAYTYPE_P(2);
+    if (names != nullptr) {
+        if (ARR_NDIM(names) > 1)
+            ereport(ERROR, (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+                            errmsg("categories must be a one-dimensional array")));
+        if (ArrayGetNItems(ARR_NDIM(names), ARR_DIMS(names)) == 0)
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("categories must not be empty"),
+                            errhint("Pass NULL for every category the role may consume.")));
+        if (array_contains_nulls(names))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("categories must not contain NULL")));
+    }
+    bool cell = true, control = true;
+    if (!PG_ARGISNULL(3)) {
+        Silo silo = silo_argument(fcinfo, 3);
+        cell = silo == Silo::Cell;
+        control = silo == Silo::Control;
+    } else if (silo_mode != SILO_MODE_MONOLITH) {
+        cell = silo_mode == SILO_MODE_CELL;
+        control = silo_mode == SILO_MODE_CONTROL;
+    }
+    Oid role = GetUserId();
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    Categories categories = consumable_categories(role, names);
+    if (!session_pass_serves(cell, control, &categories))
+        end_session_pass();
+    TimestampTz claimed_at = GetCurrentTimestamp();
+    TimestampTz lease_until = claimed_at + lease_usecs;
+    bool started = false;
+    int messages = 0, shards = 0;
+    MemoryContext work =
+        AllocSetContextCreate(CurrentMemoryContext, "pg_outbox claim", ALLOCSET_DEFAULT_SIZES);
+    while (messages < max_messages && shards < drain_max_shards) {
+        if (session_pass == nullptr) {
+            if (started)
+                break;
+            begin_session_pass(cell, control, &categories);
+            started = true;
+        }
+        DrainBatch *batch =
+            drain_pass_next(session_pass, max_messages - messages, drain_max_shards - shards);
+        if (batch == nullptr) {
+            end_session_pass();
+            continue;
+        }
+        MemoryContext old = MemoryContextSwitchTo(work);
+        LeasedBatch leased;
+        lease_batch(batch, &leased);
+        messages += record_leases(batch, &leased, &categories, role, claimed_at, lease_until,
+                                  rsinfo->setResult, rsinfo->setDesc);
+        MemoryContextSwitchTo(old);
+        MemoryContextReset(work);
+        drain_pass_batch_done(session_pass);
+        shards += batch->nsegments;
+    }
+    pg::run_as_end(&scope);
+    SPI_finish();
+    return (Datum)0;
+}
+
+// outbox.complete(claims, through): delivers the first through[i] messages
+// of claims[i] (NULL: all of them) and ends the claims.
+OUTBOX_FUNCTION(outbox_complete) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("claims must not be NULL")));
+    ArrayType *claims_array = PG_GETARG_ARRAYTYPE_P(0);
+    Datum *items;
+    bool *nulls;
+    int n;
+    deconstruct_array(claims_array, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &nulls,
+                      &n);
+    auto *tokens = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    for (int i = 0; i < n; i++) {
+        if (nulls[i])
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("claims must not contain NULL")));
+        tokens[i] = DatumGetInt64(items[i]);
+    }
+    auto *sorted = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    memcpy(sorted, tokens, sizeof(int64) * n);
+    qsort(sorted, n, sizeof(int64), compare_int64);
+    for (int i = 1; i < n; i++)
+        if (sorted[i] == sorted[i - 1])
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("claim " INT64_FORMAT " appears twice in claims", sorted[i])));
+    auto *through = (int32 *)palloc(sizeof(int32) * Max(n, 1));
+    bool all = PG_ARGISNULL(1);
+    if (!all) {
+        int count;
+        deconstruct_array(PG_GETARG_ARRAYTYPE_P(1), INT4OID, 4, true, TYPALIGN_INT, &items, &nulls,
+                          &count);
+        if (count != n)
+            ereport(ERROR,
+                    (errcode(ERRCODE_ARRAY_SUBSCRIPT_ERROR),
+                     errmsg("through has %d elements, claims %d: they must match", count, n)));
+        for (int i = 0; i < n; i++) {
+            if (nulls[i])
+                ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                                errmsg("through must not contain NULL")));
+            through[i] = DatumGetInt32(items[i]);
+            if (through[i] < 0)
+                ereport(ERROR,
+                        (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                         errmsg("through[%d] must not be negative, not %d", i + 1, through[i])));
+        }
+    }
+    if (n == 0)
+        PG_RETURN_INT64(0);
+    Oid role = GetUserId();
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    Claim *claims = take_claims(tokens, n, role);
+    TimestampTz now = GetCurrentTimestamp();
+    int64 delivered = 0;
+    for (int i = 0; i < n; i++) {
+        if (all)
+            through[i] = claims[i].nmessages;
+        else if (through[i] > claims[i].nmessages)
+            ereport(ERROR,
+                    (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                     errmsg("through[%d] is %d, but claim " INT64_FORMAT " holds %d messages",
+                            i + 1, through[i], tokens[i], claims[i].nmessages)));
+        deliver_claimed(&claims[i], through[i], now);
+        delivered += through[i];
+    }
+    clear_errors(claims, through, n);
+    pg::run_as_end(&scope);
+    SPI_finish();
+    PG_RETURN_INT64(delivered);
+}
+
+// outbox.fail(claim, message_number, error): the messages before it were
+// delivered; it failed with error, as after a handler's failure.
+OUTBOX_FUNCTION(outbox_fail) {
+    for (int i = 0; i < 3; i++)
+        if (PG_ARGISNULL(i))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("%s must not be NULL", i == 0   ? "claim"
+                                                          : i == 1 ? "message_number"
+                                                                   : "error")));
+    int64 token = PG_GETARG_INT64(0);
+    int32 number = PG_GETARG_INT32(1);
+    char *error = text_to_cstring(PG_GETARG_TEXT_PP(2));
+    if (number < 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("message_number must be 1 or more, not %d", number)));
+    if (error[0] == '\0')
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE), errmsg("error must not be empty"),
+                        errhint("It is what outbox.shard_depth shows as the shard's last error.")));
+    Oid role = GetUserId();
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    Claim *claim = take_claims(&token, 1, role);
+    if (number > claim->nmessages)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("message_number is %d, but claim " INT64_FORMAT " holds %d messages",
+                               number, token, claim->nmessages)));
+    deliver_claimed(claim, number - 1, GetCurrentTimestamp());
+    ClaimedRows failing = claimed_rows(claim, number - 1, number);
+    fail_claimed_message(&failing, claim->message_categories[number - 1],
+                         claim->objects[number - 1], error);
+    pg::run_as_end(&scope);
+    SPI_finish();
+    PG_RETURN_VOID();
+}

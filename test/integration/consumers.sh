@@ -1,0 +1,200 @@
+#!/usr/bin/env bash
+# Consumers outside the database, as real processes: the Python consumer of
+# consumer/outbox_consumer.py (through consumer_process.py, which records
+# each delivery in the table delivered), next to the background worker.
+#   1. two consumers and the worker on the same category under a stream of
+#      writes: each shard served by one of them at a time, in order, and
+#      every change delivered; the worker on another category meanwhile;
+#   2. a consumer SIGKILLed mid-batch: its messages wait in the outbox and
+#      nothing of its shards is delivered before its lease ends, then
+#      everything is (again, for those it had handled: at least once);
+#   3. a completion after the lease ended is refused, and the rows stay;
+#   4. failures back the shard off (shard_depth shows the error), then
+#      max_attempts moves the message to the dead letters and the shard
+#      goes on;
+#   5. LISTEN/NOTIFY wake-ups: commit-to-handler latency with a poll of 60 s;
+#   6. bad tokens and a role without CONSUME, over real connections.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cluster.sh"
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
+redis_start
+cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
+
+source "$root/test/check.sh"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
+PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+dsn() { echo "host=$PGHOST port=$PGPORT dbname=postgres user=$1"; }
+logs=$(mktemp -d)
+chmod 777 "$logs"
+consumer() { # name [VAR=value ...]: starts a consumer, its pid in $!
+    local name=$1
+    shift
+    env NAME="$name" OUTBOX_DSN="$(dsn consumer)" RECORD_DSN="$(dsn postgres)" \
+        CATEGORIES=org_update "$@" \
+        "$PYTHON" "$root/test/integration/consumer_process.py" >"$logs/$name.out" 2>"$logs/$name.err" &
+    pids+=($!)
+}
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_category('org_update', 'Org', 0);
+SELECT outbox.register_category('user_update', 'Org', 1);
+CREATE TABLE orgs (id bigint PRIMARY KEY, seq int NOT NULL DEFAULT 0,
+                   written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+SELECT outbox.register_table('orgs', 'org_update', 'cell', shard_column => 'id',
+                             payload_columns => '{seq,written_at}');
+CREATE TABLE users (id bigint PRIMARY KEY, org_id bigint NOT NULL);
+SELECT outbox.register_table('users', 'user_update', 'cell', shard_column => 'org_id');
+CREATE TABLE delivered (n bigserial, consumer text, shard bigint, object bigint, seq int,
+                        written_at timestamptz, started timestamptz, finished timestamptz,
+                        at timestamptz DEFAULT clock_timestamp());
+CREATE ROLE consumer LOGIN;
+CREATE ROLE bystander LOGIN;
+SELECT outbox.grant_category('org_update', 'consumer', 'CONSUME');
+-- The worker's handlers: user_update always, org_update in part 1.
+CREATE FUNCTION by_worker(m outbox.message) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    t timestamptz := clock_timestamp();
+BEGIN
+    PERFORM pg_sleep(0.002);
+    INSERT INTO delivered (consumer, shard, object, seq, started, finished)
+    VALUES ('worker', m.shard_identifier, m.object_identifier, (m.payload->>'seq')::int, t,
+            clock_timestamp());
+END $$;
+SELECT outbox.register_handler('user_update', 'by_worker(outbox.message)');
+SELECT outbox.register_handler('org_update', 'by_worker(outbox.message)');
+SQL
+
+# 1. 40 organisations, each written 15 times by a writer, while two
+# consumers (5 ms a message, claims of 20) and the worker all serve
+# org_update; 200 users changes go to the worker alone.
+consumer one DELAY=0.005 BATCH=20
+consumer two DELAY=0.005 BATCH=20
+(for seq in $(seq 1 15); do
+    q -c "INSERT INTO orgs (id, seq) SELECT g, $seq FROM generate_series(1, 40) g
+          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, written_at = clock_timestamp()" >/dev/null
+    q -c "INSERT INTO users SELECT g, g % 7 FROM generate_series($seq * 100, $seq * 100 + 12) g" >/dev/null
+    sleep 0.1
+done) &
+writer=$!
+wait $writer
+check "every organisation's last change is delivered" wait_for 60 \
+    "SELECT count(*) FROM (SELECT shard FROM delivered WHERE shard BETWEEN 1 AND 40 GROUP BY shard HAVING max(seq) = 15) s" 40
+check "the outbox is drained" wait_for 30 "SELECT count(*) FROM outbox.cell_outbox" 0
+check "both consumers and the worker served org_update" \
+    [ "$(q -c "SELECT string_agg(DISTINCT consumer, ',' ORDER BY consumer) FROM delivered WHERE shard BETWEEN 1 AND 40")" = "one,two,worker" ]
+check "per shard, changes arrive in order, none twice" \
+    [ "$(q -c "SELECT count(*) FROM (SELECT seq <= lag(seq) OVER (PARTITION BY shard ORDER BY n) AS bad
+               FROM delivered WHERE shard BETWEEN 1 AND 40) s WHERE bad")" = 0 ]
+check "no shard was handled by two of them at once" \
+    [ "$(q -c "SELECT count(*) FROM delivered a JOIN delivered b ON a.shard = b.shard AND a.n < b.n
+               AND a.consumer <> b.consumer AND b.started < a.finished AND a.started < b.finished
+               WHERE a.shard BETWEEN 1 AND 40")" = 0 ]
+check "the worker delivered every users change meanwhile" \
+    [ "$(q -c "SELECT count(DISTINCT object) FROM delivered WHERE consumer = 'worker' AND object >= 100 AND shard < 7")" = 195 ]
+check "outbox.stats counts the consumers' deliveries and their lag" \
+    [ "$(q -c "SELECT delivered >= 600 AND lag_p99 IS NOT NULL FROM outbox.stats WHERE category_name = 'org_update'")" = t ]
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+check "SIGTERM: both consumers stop cleanly" [ "$(cat "$logs/one.err" "$logs/two.err")" = "" ]
+pids=()
+q -c "SELECT outbox.unregister_handler('org_update')" >/dev/null
+
+# 2. A consumer killed with SIGKILL in the middle of a batch of 20
+# messages (0.3 s each, lease 3 s): its shards stay held until the lease
+# ends, then another consumer delivers all of them.
+q -c "TRUNCATE delivered" >/dev/null
+q -c "INSERT INTO orgs (id, seq) SELECT g, 1 FROM generate_series(1001, 1020) g" >/dev/null
+consumer killed DELAY=0.3 BATCH=20 LEASE='3 seconds'
+victim=$!
+check "the consumer starts on its batch" wait_for 30 "SELECT count(*) >= 2 FROM delivered" t
+kill -KILL $victim
+wait $victim 2>/dev/null
+lease_end=$(q -c "SELECT max(lease_until) FROM outbox.consumer_claims")
+before=$(q -c "SELECT count(*) FROM delivered")
+check "killed after $before messages: all 20 wait in the outbox, their shards held" \
+    [ "$(q -c "SELECT count(*) || ' ' || (SELECT count(*) FROM outbox.consumer_claims WHERE lease_until > now())
+               FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 1001 AND 1020")" = "20 20" ]
+consumer rescuer BATCH=20 POLL=0.2
+check "after the lease, every message is delivered" wait_for 30 \
+    "SELECT count(DISTINCT object) FROM delivered WHERE object BETWEEN 1001 AND 1020" 20
+check "nothing of the killed consumer's shards was delivered before its lease ended" \
+    [ "$(q -c "SELECT count(*) FROM delivered WHERE consumer = 'rescuer' AND started < '$lease_end'")" = 0 ]
+check "the outbox is empty again" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
+
+# 3. A handler slower than the lease: its completion is refused, and the
+# message stays in the outbox to be delivered again.
+q -c "TRUNCATE delivered" >/dev/null
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+pids=()
+consumer late DELAY=1.5 LEASE='1 second' POLL=0.2
+q -c "INSERT INTO orgs (id, seq) VALUES (2000, 1)" >/dev/null
+check "the late completion is refused" wait_for 30 \
+    "SELECT count(*) >= 2 FROM delivered WHERE object = 2000" t
+check "the consumer says why" grep -q "the lease of claim .* ended" "$logs/late.err"
+check "the row stays in the outbox" \
+    [ "$(q -c "SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = 2000")" = 1 ]
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+pids=()
+q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier = 2000" >/dev/null
+
+# 4. Failures: the shard backs off with the error in shard_depth; with
+# max_attempts 2 the second failure moves the message to the dead letters,
+# and the message behind it in the shard is delivered.
+consumer failing FAIL_OBJECTS=3000 POLL=0.2
+q -c "INSERT INTO orgs (id, seq) VALUES (3000, 1)" >/dev/null
+q -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+      VALUES (0, 3000, 0, 3001, '{\"seq\": 1}')" >/dev/null
+check "the failure backs the shard off, with the error in shard_depth" wait_for 30 \
+    "SELECT state || ' ' || object_identifier || ' ' || last_error FROM outbox.shard_depth WHERE shard_identifier = 3000" \
+    "backed_off 3000 RuntimeError('receiver refused object 3000')"
+check "the message behind it waits" \
+    [ "$(q -c "SELECT count(*) FROM delivered WHERE object = 3001")" = 0 ]
+q -c "SELECT outbox.set_max_attempts('org_update', 2)" >/dev/null
+q -c "SELECT outbox.retry_shard('cell', 0, 3000)" >/dev/null
+check "the next failure moves it to the dead letters" wait_for 30 \
+    "SELECT object_identifier || ' ' || (attempts >= 2) FROM outbox.dead_letters" "3000 true"
+check "and the shard goes on" wait_for 30 "SELECT count(*) FROM delivered WHERE object = 3001" 1
+check "outbox.stats counts every failure" \
+    [ "$(q -c "SELECT handler_errors = (SELECT attempts FROM outbox.dead_letters)
+               FROM outbox.stats WHERE category_name = 'org_update'")" = t ]
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+pids=()
+
+# 5. Wake-ups: a consumer that polls once a minute sees each of 30 commits
+# (one every 100 ms) through LISTEN/NOTIFY.
+q -c "TRUNCATE delivered" >/dev/null
+consumer listening POLL=60
+sleep 1
+for i in $(seq 1 30); do
+    q -c "INSERT INTO orgs (id, seq) VALUES (4000 + $i, 1)" >/dev/null
+    sleep 0.1
+done
+check "every commit reaches the idle consumer" wait_for 30 \
+    "SELECT count(*) FROM delivered WHERE object > 4000" 30
+latency=$(q -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)) || ' ms p50, '
+                    || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) || ' ms p99'
+                FROM (SELECT extract(epoch FROM started - written_at) * 1000 AS ms
+                        FROM delivered WHERE object > 4000) s")
+check "commit to handler within a second, not a poll ($latency)" \
+    [ "$(q -c "SELECT max(started - written_at) < interval '1 second' FROM delivered WHERE object > 4000")" = t ]
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+pids=()
+
+# 6. Over real connections: a made-up token, and a role without CONSUME.
+check "a made-up token is refused" \
+    bash -c "psql -X -tA -d '$(dsn consumer)' -c 'SELECT outbox.complete(array[42])' 2>&1 | grep -q 'claim 42 is not held'"
+env NAME=intruder OUTBOX_DSN="$(dsn bystander)" RECORD_DSN="$(dsn postgres)" CATEGORIES=org_update \
+    timeout 20 "$PYTHON" "$root/test/integration/consumer_process.py" >/dev/null 2>"$logs/intruder.err"
+check "a role without CONSUME cannot consume" grep -q "permission denied to consume category 'org_update'" "$logs/intruder.err"
+check "nor read the outbox" \
+    bash -c "psql -X -tA -d '$(dsn bystander)' -c 'SELECT count(*) FROM outbox.cell_outbox' 2>&1 | grep -q 'permission denied'"
+
+checks_done consumers

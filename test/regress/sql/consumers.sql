@@ -1,0 +1,262 @@
+-- Consumers outside the database: outbox.claim(), outbox.complete() and
+-- outbox.fail() (README, "Consumers"), as the extension's owner and as the
+-- other roles.  Real processes (a Python consumer, SIGKILL, LISTEN) are in
+-- test/integration/consumers.sh.  Claim tokens are random: errors are
+-- shown with long numbers replaced by N.
+\set SHOW_CONTEXT never
+SET client_min_messages = warning;
+DROP EXTENSION pg_outbox CASCADE;
+RESET client_min_messages;
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_category('org_update', 'Org', 0);
+SELECT outbox.register_category('user_update', 'Org', 1);
+SELECT outbox.register_cell('us');
+CREATE TABLE org (id bigint PRIMARY KEY, name text);
+SELECT outbox.register_table('org', 'org_update', 'cell', shard_column => 'id',
+                             payload_columns => '{name}');
+CREATE FUNCTION pg_temp.err(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'no error';
+EXCEPTION WHEN OTHERS THEN
+    RETURN SQLSTATE || ': ' || regexp_replace(regexp_replace(SQLERRM, ' ended at .*', ' ended at T'),
+                                              '[0-9]{6,}', 'N', 'g');
+END $$;
+-- What a consumer sees, without the tokens.
+CREATE TABLE got AS SELECT * FROM outbox.claim(1, '1 second') LIMIT 0;
+CREATE VIEW claims AS
+SELECT silo, shard_scope, shard_identifier, cell_name, lease_until > now() AS live,
+       message_ends, message_category, message_object
+  FROM outbox.consumer_claims ORDER BY silo, shard_identifier, cell_name;
+CREATE VIEW outbox_rows AS
+SELECT shard_identifier, category, object_identifier, payload->>'name' AS name,
+       scheduled_for > now() AS backed_off
+  FROM outbox.cell_outbox ORDER BY id;
+
+-- Coalesced messages of whole shards, in shard order: shard 1 holds object
+-- 1 (written twice), then objects 7 and 8; shard 2 holds object 2.
+-- max_messages 2 gives shard 2's message and shard 1's first (its two rows
+-- coalesced); the claim of shard 1 holds only what was handed out, yet the
+-- whole shard stays held: a second claim gets nothing.
+INSERT INTO org VALUES (1, 'a'), (2, 'b');
+UPDATE org SET name = 'a2' WHERE id = 1;
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 1, 0, 7, '{"name": "seven"}'), (0, 1, 0, 8, '{"name": "eight"}');
+INSERT INTO got SELECT * FROM outbox.claim(2, '1 minute');
+SELECT message_number, silo, shard_identifier, cell_name, category, object_identifier, payload,
+       coalesced, last_id > first_id AS spans, claim > 0 AS token FROM got
+ ORDER BY shard_identifier, message_number;
+SELECT count(DISTINCT claim) FROM got;
+SELECT * FROM claims;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT shard_identifier, message_number, object_identifier, payload FROM got ORDER BY shard_identifier, message_number;
+SELECT count(*) FROM outbox.claim(10, '1 minute');
+-- The drain leaves claimed shards alone, even with a handler.
+CREATE TABLE seen (n serial, object_identifier bigint);
+CREATE FUNCTION h(m outbox.message) RETURNS void LANGUAGE sql AS
+    $$ INSERT INTO seen (object_identifier) VALUES (m.object_identifier) $$;
+SELECT outbox.register_handler('org_update', 'h(outbox.message)');
+SELECT outbox.drain('cell');
+SELECT outbox.unregister_handler('org_update');
+
+-- Completing: only the rows handed out go, never a row committed after the
+-- claim (object 1 written again), even in the same shard.
+UPDATE org SET name = 'a3' WHERE id = 1;
+SELECT outbox.complete(array_agg(claim ORDER BY shard_identifier), '{1,1}')
+  FROM (SELECT DISTINCT claim, shard_identifier FROM got) c;
+SELECT * FROM outbox_rows;
+SELECT * FROM claims;
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
+-- The rest of shard 1, in order: objects 7 and 8, then the row of object 1
+-- written after the claim.
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT shard_identifier, message_number, object_identifier, payload FROM got ORDER BY shard_identifier, message_number;
+SELECT outbox.complete(array_agg(DISTINCT claim)) FROM got;
+SELECT * FROM outbox_rows;
+SELECT category_name, delivered, processed, handler_errors FROM outbox.stats WHERE category = 0;
+TRUNCATE got;
+
+-- complete(claims, '{0}') gives a claim back: its shard is due at once.
+INSERT INTO org VALUES (3, 'c');
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT outbox.complete(array_agg(claim), '{0}') FROM got;
+SELECT * FROM claims;
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT shard_identifier, object_identifier FROM got;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+TRUNCATE got;
+
+-- Failing: the messages before the failing one are delivered, the failing
+-- one and the rest of the shard back off, and shard_depth shows the error.
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 20, 0, 21, '{"name": "ok"}'), (0, 20, 0, 22, '{"name": "poison"}'),
+       (0, 20, 0, 23, '{"name": "after"}');
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT outbox.fail(claim, 2, 'receiver said 500') FROM got WHERE message_number = 1;
+SELECT * FROM outbox_rows;
+SELECT shard_identifier, depth, state, category, object_identifier, attempts, last_error
+  FROM outbox.shard_depth;
+SELECT count(*) FROM outbox.claim(10, '1 minute');
+SELECT handler_errors FROM outbox.stats WHERE category = 0;
+-- max_attempts: the second failure in a row moves exactly that message to
+-- the dead letters; the rest of the shard is due.
+SELECT outbox.set_max_attempts('org_update', 2);
+SELECT outbox.retry_shard('cell', 0, 20);
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT message_number, object_identifier FROM got ORDER BY message_number;
+SELECT outbox.fail(claim, 1, 'receiver said 500 again') FROM got WHERE message_number = 1;
+SELECT shard_identifier, object_identifier, attempts, last_error FROM outbox.dead_letters;
+SELECT * FROM outbox_rows;
+SELECT shard_identifier, depth, state, dead_letters FROM outbox.shard_depth;
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT object_identifier FROM got;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+SELECT shard_identifier, depth, state FROM outbox.shard_depth;
+TRUNCATE got;
+
+-- A lease that has passed: the completion is refused and the shard is due
+-- again; once someone else claimed it, the old token is not held at all.
+INSERT INTO org VALUES (4, 'd');
+INSERT INTO got SELECT * FROM outbox.claim(10, '10 milliseconds');
+SELECT pg_sleep(0.05);
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(claim))) FROM got;
+SELECT pg_temp.err(format('SELECT outbox.fail(%s, 1, %L)', claim, 'late')) FROM got;
+SELECT * FROM outbox_rows;
+CREATE TABLE again AS SELECT * FROM outbox.claim(10, '1 minute');
+SELECT object_identifier, claim <> (SELECT claim FROM got) AS new_token FROM again;
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(claim))) FROM got;
+SELECT outbox.complete(array_agg(claim)) FROM again;
+SELECT * FROM outbox_rows;
+TRUNCATE got;
+
+-- Categories: a filter, and the control silo with its cell.
+INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier, cell_name)
+VALUES (0, 30, 1, 31, 'us');
+INSERT INTO org VALUES (5, 'e');
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute', '{user_update}');
+SELECT silo, shard_identifier, cell_name, category, object_identifier FROM got;
+SELECT * FROM claims;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute', NULL, 'control');
+SELECT count(*) FROM got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute', NULL, 'cell');
+SELECT silo, object_identifier FROM got;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+TRUNCATE got;
+
+-- A delivered message whose row is gone leaves a tombstone, as after a
+-- handler (org is the only table of org_update in the cell silo): object
+-- 2 now; objects 7, 8, 21 and 23 earlier (never rows of org); not object 1.
+DELETE FROM org WHERE id = 2;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT outbox.complete(array_agg(claim)) FROM got;
+SELECT table_name, object_identifier FROM outbox.control_tombstone ORDER BY object_identifier;
+TRUNCATE got;
+
+-- Bad arguments.
+SELECT pg_temp.err('SELECT * FROM outbox.claim(NULL, ''1 minute'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(0, ''1 minute'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10001, ''1 minute'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, NULL)');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''0 seconds'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''-1 second'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''25 hours'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 month'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{}'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{org_update,NULL}'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{nope}'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{{org_update}}'')');
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', NULL, ''moon'')');
+SELECT pg_temp.err('SELECT outbox.complete(NULL)');
+SELECT outbox.complete('{}');
+SELECT pg_temp.err('SELECT outbox.complete(''{1,NULL}'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{5,5}'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{12345678}'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{1,2}'', ''{1}'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{1}'', ''{NULL}'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{1}'', ''{-1}'')');
+SELECT pg_temp.err('SELECT outbox.fail(NULL, 1, ''e'')');
+SELECT pg_temp.err('SELECT outbox.fail(1, NULL, ''e'')');
+SELECT pg_temp.err('SELECT outbox.fail(1, 1, NULL)');
+SELECT pg_temp.err('SELECT outbox.fail(1, 0, ''e'')');
+SELECT pg_temp.err('SELECT outbox.fail(1, 1, '''')');
+SELECT pg_temp.err('SELECT outbox.fail(12345678, 1, ''e'')');
+INSERT INTO org VALUES (6, 'f');
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT pg_temp.err(format('SELECT outbox.complete(%L, %L)', array_agg(claim), '{2}')) FROM got;
+SELECT pg_temp.err(format('SELECT outbox.fail(%s, 2, %L)', claim, 'e')) FROM got;
+-- Nothing moved: the claim still holds.
+SELECT * FROM claims;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+TRUNCATE got;
+
+-- Roles.  A consumer granted CONSUME on org_update claims its messages
+-- only; it cannot read the outbox, nor complete a claim of another
+-- category; the application role, the table owner and a pg_monitor member
+-- hold no CONSUME and are refused; revoking CONSUME fences live claims.
+CREATE ROLE consumer_org;
+CREATE ROLE consumer_app;
+CREATE ROLE consumer_owner;
+CREATE ROLE consumer_monitor IN ROLE pg_monitor;
+CREATE ROLE consumer_member IN ROLE consumer_org;
+GRANT INSERT, UPDATE, DELETE ON org TO consumer_app;
+GRANT ALL ON got TO consumer_org, consumer_member;
+SELECT outbox.grant_category('org_update', 'consumer_org', 'CONSUME');
+INSERT INTO org VALUES (7, 'g');
+INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier, cell_name)
+VALUES (0, 40, 1, 41, 'us');
+SET ROLE consumer_app;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'')');
+SELECT pg_temp.err('SELECT outbox.complete(''{1}'')');
+RESET ROLE;
+SET ROLE consumer_monitor;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'')');
+RESET ROLE;
+ALTER TABLE org OWNER TO consumer_owner;
+SET ROLE consumer_owner;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{org_update}'')');
+RESET ROLE;
+SET ROLE consumer_org;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{user_update}'')');
+SELECT pg_temp.err('SELECT count(*) FROM outbox.cell_outbox');
+SELECT pg_temp.err('SELECT count(*) FROM outbox.consumer_claims');
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+SELECT category, object_identifier FROM got;
+RESET ROLE;
+-- Its claim cannot be completed by a role without CONSUME; a member of the
+-- consumer role can.
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute', '{user_update}');
+SET ROLE consumer_org;
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(claim))) FROM got WHERE category = 'user_update';
+RESET ROLE;
+SELECT outbox.complete(array_agg(claim)) FROM got WHERE category = 'user_update';
+DELETE FROM got WHERE category = 'user_update';
+SET ROLE consumer_member;
+SELECT outbox.complete(array_agg(claim)) FROM got;
+RESET ROLE;
+TRUNCATE got;
+-- Revoking CONSUME ends the role's live claims: the shard is due again and
+-- the token completes nothing.
+INSERT INTO org VALUES (8, 'h');
+SET ROLE consumer_org;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
+RESET ROLE;
+SELECT outbox.revoke_category('org_update', 'consumer_org', 'CONSUME');
+SELECT * FROM claims;
+SET ROLE consumer_org;
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(claim))) FROM got;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'')');
+RESET ROLE;
+SELECT object_identifier FROM outbox.claim(10, '1 minute');
+ALTER TABLE org OWNER TO CURRENT_USER;
+REVOKE ALL ON org FROM consumer_app;
+DROP TABLE got, again, org, seen;
+DROP VIEW claims, outbox_rows;
+DROP FUNCTION h(outbox.message);
+DROP ROLE consumer_org, consumer_app, consumer_owner, consumer_monitor, consumer_member;
