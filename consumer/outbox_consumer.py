@@ -46,10 +46,10 @@ class Consumer:
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.stop)
         while not self.stopping:
-            if self.consume_batch() == 0 and not self.stopping:
+            self.conn.notifies.clear()  # the claim sees what they announced
+            if self.consume_batch() == 0 and not self.stopping and not self.conn.notifies:
                 select.select([self.conn, wake_r], [], [], self.poll)
                 self.conn.poll()
-                self.conn.notifies.clear()
         self.conn.close()
 
     def consume_batch(self):

@@ -46,6 +46,7 @@ int backfill_max_shard_depth = 0;
 int handler_timeout_ms = 30000;
 char *database_name = nullptr;
 bool worker_enabled = true;
+bool notify_consumers = true;
 int naptime_ms = 1000;
 bool self_hosted = false;
 int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
@@ -171,6 +172,11 @@ void _PG_init(void) {
     DefineCustomBoolVariable("outbox.worker_enabled", "Whether the background worker works.",
                              nullptr, &worker_enabled, true, PGC_SIGHUP, 0, nullptr, nullptr,
                              nullptr);
+    DefineCustomBoolVariable(
+        "outbox.notify_consumers",
+        "Whether the worker NOTIFYs pg_outbox after commits that wrote outbox rows.",
+        "Consumers outside the database LISTEN on it.", &notify_consumers, true, PGC_SIGHUP, 0,
+        nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.naptime", "Pause between the worker's cycles.", nullptr,
                             &naptime_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);

@@ -23,6 +23,7 @@ extern int backfill_max_shard_depth;
 extern int handler_timeout_ms; // outbox.handler_timeout; 0: none
 extern char *database_name;    // outbox.database_name: where the worker runs
 extern bool worker_enabled;
+extern bool notify_consumers; // outbox.notify_consumers
 extern int naptime_ms;
 extern bool self_hosted; // the worker backfills with force_synchronous
 

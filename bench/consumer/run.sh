@@ -8,12 +8,16 @@
 # then commit-to-consumer lag p50/p99 under 1,000 writes/s (pgbench) with
 # the consumer woken by LISTEN/NOTIFY.
 #
-#   bash bench/consumer/run.sh        # RUNS=3 LAG_SECONDS=20
+# and what the wake-ups cost capture: single-row insert transactions per
+# second with outbox.notify_consumers off and on, in turn.
+#
+#   bash bench/consumer/run.sh        # RUNS=3 LAG_SECONDS=20 CAPTURE_SECONDS=10
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cluster.sh"
 RUNS=${RUNS:-3}
 LAG_SECONDS=${LAG_SECONDS:-20}
+CAPTURE_SECONDS=${CAPTURE_SECONDS:-10}
 PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
 work=$(mktemp -d)
 chmod 777 "$work"
@@ -79,8 +83,9 @@ for run in $(seq "$RUNS"); do
     fill 1000 200 200; rate[b_consumer]+="$(drain_consumer 200000) "
     echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}" >&2
 done
-[[ $(q -c "SELECT delivered FROM outbox.stats WHERE category = 1") == $((RUNS * 420000)) ]] || {
-    echo "delivered: $(q -c "SELECT delivered FROM outbox.stats WHERE category = 1")" >&2; exit 1; }
+# Every outbox row handled once: 2 x (100,000 + 200,000) rows a run.
+[[ $(q -c "SELECT processed FROM outbox.stats WHERE category = 1") == $((RUNS * 600000)) ]] || {
+    echo "processed: $(q -c "SELECT processed FROM outbox.stats WHERE category = 1")" >&2; exit 1; }
 
 # Lag: 1,000 single-row inserts a second into a registered table for
 # LAG_SECONDS, consumed by the Python consumer; the handler measures from
@@ -107,6 +112,17 @@ consumer=
 read -r p50 p99 pmax nlag <"$work/lag.out"
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
 
+# What the wake-ups cost capture: single-row inserts as fast as two
+# clients go, outbox.notify_consumers off and on in turn.
+for run in $(seq "$RUNS"); do
+    for mode in off on; do
+        q -c "ALTER SYSTEM SET outbox.notify_consumers = $mode" -c "SELECT pg_reload_conf()" >/dev/null
+        sleep 0.5
+        "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$CAPTURE_SECONDS" -f "$work/insert.sql" >"$work/capture.log" 2>&1
+        rate[capture_$mode]+="$(sed -n 's/^tps = \([0-9]*\).*/\1/p' "$work/capture.log" | head -1) "
+    done
+done
+
 med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
 ratio() { awk -v a="$(med "$1")" -v b="$(med "$2")" 'BEGIN{printf "%.2f", a/b}'; }
 {
@@ -122,6 +138,8 @@ echo "| workload | worker, messages/s | Python consumer, messages/s | consumer /
 echo "|---|---:|---:|---:|"
 echo "| A: 1,000 shards x 100 rows, 10 objects each (10,000 messages) | $(med a_worker) | $(med a_consumer) | $(ratio a_consumer a_worker) |"
 echo "| B: 200,000 rows, distinct objects, 1,000 shards (200,000 messages) | $(med b_worker) | $(med b_consumer) | $(ratio b_consumer b_worker) |"
+echo
+echo "Capture with wake-ups: $(med capture_on) single-row insert transactions/s with \`outbox.notify_consumers = on\`, $(med capture_off) with off ($(ratio capture_on capture_off); 2 pgbench clients, ${CAPTURE_SECONDS} s each, runs: on ${rate[capture_on]}, off ${rate[capture_off]})."
 echo
 echo "Lag, commit to the Python consumer's handler, under ${tps%.*} tx/s of single-row inserts for ${LAG_SECONDS} s (LISTEN/NOTIFY wake-ups through the worker): p50 ${p50} ms, p99 ${p99} ms, max ${pmax} ms over $nlag messages."
 } | tee "$root/bench/consumer/results.md"

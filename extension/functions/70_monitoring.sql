@@ -17,7 +17,7 @@ RETURNS TABLE (silo text, shard_scope int, shard_identifier bigint, cell_name te
 
 -- The view adds the shards that are paused or have dead letters but no
 -- rows (depth 0), and for each shard: its state (due, backed_off, paused,
--- or empty), the failing message (what outbox.skip_message takes) and its
+-- claimed by a consumer under a live lease, or empty), the failing message (what outbox.skip_message takes) and its
 -- dead letters.  attempts counts the failing message's failures in a row.
 -- Written so that the shards' rows stream in the function's order (deepest
 -- first) through hashed lookups of the small tables, then come the shards
@@ -42,6 +42,9 @@ SELECT s.silo, s.shard_scope, s.shard_identifier, s.cell_name, s.depth, s.oldest
        CASE WHEN (s.silo, s.shard_scope, s.shard_identifier, s.cell_key)
                  IN (SELECT p.silo, p.shard_scope, p.shard_identifier, p.cell_name
                        FROM outbox.paused_shards p) THEN 'paused'
+            WHEN (s.silo, s.shard_scope, s.shard_identifier, s.cell_key)
+                 IN (SELECT c.silo, c.shard_scope, c.shard_identifier, c.cell_name
+                       FROM outbox.consumer_claims c WHERE c.lease_until > now()) THEN 'claimed'
             WHEN s.depth = 0 THEN 'empty'
             WHEN s.next_scheduled_for > now() THEN 'backed_off'
             ELSE 'due' END AS state,
@@ -281,6 +284,8 @@ BEGIN
                 ['pg_outbox_oldest_age_seconds', 'gauge', 'Age of the oldest waiting outbox row.'],
                 ['pg_outbox_shards_failing', 'gauge', 'Shards backed off after a handler error.'],
                 ['pg_outbox_shards_paused', 'gauge', 'Shards paused by outbox.pause_shard.'],
+                ['pg_outbox_shards_claimed', 'gauge',
+                 'Shards a consumer holds under a live lease (outbox.claim).'],
                 ['pg_outbox_dead_letters', 'gauge', 'Rows in outbox.dead_letters.'],
                 ['pg_outbox_dead_letter_oldest_age_seconds', 'gauge',
                  'Age of the oldest dead letter (since it was moved there).'],
@@ -361,6 +366,9 @@ BEGIN
              CROSS JOIN LATERAL (VALUES
                 ('pg_outbox_shards_paused',
                  (SELECT count(*) FROM outbox.paused_shards p WHERE p.silo = k.silo)::text),
+                ('pg_outbox_shards_claimed',
+                 (SELECT count(*) FROM outbox.consumer_claims c
+                   WHERE c.silo = k.silo AND c.lease_until > now())::text),
                 ('pg_outbox_dead_letters',
                  (SELECT count(*) FROM outbox.dead_letters l WHERE l.silo = k.silo)::text),
                 ('pg_outbox_dead_letter_oldest_age_seconds',

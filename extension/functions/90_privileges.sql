@@ -39,6 +39,8 @@ GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox
 -- metrics() counts paused shards and dead letters, without their payloads.
 GRANT SELECT ON outbox.paused_shards TO pg_monitor;
 GRANT SELECT (silo, dead_at) ON outbox.dead_letters TO pg_monitor;
+-- and the shards consumers hold, never their claim tokens (which complete).
+GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),

@@ -67,13 +67,14 @@ Categories consumable_categories(Oid role, ArrayType *names) {
     Oid types[2] = {TEXTARRAYOID, OIDOID};
     Datum args[2] = {names ? PointerGetDatum(names) : (Datum)0, ObjectIdGetDatum(role)};
     char nulls[2] = {names ? ' ' : 'n', ' '};
-    uint64 n =
-        pg::spi_run("reading the categories a role may consume",
-                    "SELECT c.id, c.name, EXISTS (SELECT FROM outbox.category_grants g"
-                    " WHERE g.category = c.id AND g.privilege = 'CONSUME'"
-                    " AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
-                    " FROM outbox.categories c WHERE $1 IS NULL OR c.name = ANY ($1) ORDER BY c.id",
-                    2, types, args, nulls, true, 0, SPI_OK_SELECT);
+    static SPIPlanPtr plan = nullptr;
+    uint64 n = pg::spi_run_kept(
+        &plan, "reading the categories a role may consume",
+        "SELECT c.id, c.name, EXISTS (SELECT FROM outbox.category_grants g"
+        " WHERE g.category = c.id AND g.privilege = 'CONSUME'"
+        " AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
+        " FROM outbox.categories c WHERE $1 IS NULL OR c.name = ANY ($1) ORDER BY c.id",
+        2, types, args, nulls, true, SPI_OK_SELECT);
     bool everything = superuser_arg(role);
     Categories result = {0, (int32 *)palloc(sizeof(int32) * Max(n, 1)),
                          (char **)palloc(sizeof(char *) * Max(n, 1))};
@@ -303,8 +304,9 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " WHERE l.lease_until <= pg_catalog.clock_timestamp()"
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
-    uint64 recorded = pg::spi_run("recording claims", sql, 18, types, args, nullptr, false, 0,
-                                  SPI_OK_INSERT_RETURNING);
+    static SPIPlanPtr plan = nullptr;
+    uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 18, types, args, nullptr,
+                                       false, SPI_OK_INSERT_RETURNING);
     MemoryContextSwitchTo(caller);
     auto *taken = (int64 *)palloc(sizeof(int64) * Max(recorded, 1));
     for (uint64 r = 0; r < recorded; r++) {
@@ -395,10 +397,12 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
     Oid types[1] = {INT8ARRAYOID};
     Datum args[1] = {int8_datums(tokens, n)};
     MemoryContext caller = CurrentMemoryContext;
-    uint64 found = pg::spi_run("finding claims",
-                               "SELECT claim, silo, shard_scope, shard_identifier, cell_name"
-                               " FROM outbox.consumer_claims WHERE claim = ANY ($1) ORDER BY claim",
-                               1, types, args, nullptr, true, 0, SPI_OK_SELECT);
+    static SPIPlanPtr find_plan = nullptr, take_plan = nullptr, check_plan = nullptr;
+    uint64 found =
+        pg::spi_run_kept(&find_plan, "finding claims",
+                         "SELECT claim, silo, shard_scope, shard_identifier, cell_name"
+                         " FROM outbox.consumer_claims WHERE claim = ANY ($1) ORDER BY claim",
+                         1, types, args, nullptr, true, SPI_OK_SELECT);
     MemoryContextSwitchTo(caller);
     // Locks in token order: two calls that complete the same claims cannot
     // deadlock.
@@ -418,13 +422,13 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
     }
     // A fresh snapshot, after the locks: whoever replaced an expired claim
     // did so under the lock, and has committed.
-    uint64 deleted = pg::spi_run(
-        "taking claims",
+    uint64 deleted = pg::spi_run_kept(
+        &take_plan, "taking claims",
         "DELETE FROM outbox.consumer_claims WHERE claim = ANY ($1) RETURNING claim, silo,"
         " shard_scope, shard_identifier, cell_name, lease_until <= pg_catalog.clock_timestamp(),"
         " lease_until, rows_ctid, rows_id, message_ends, message_category, message_object,"
         " message_added, categories",
-        1, types, args, nullptr, false, 0, SPI_OK_DELETE_RETURNING);
+        1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
     MemoryContextSwitchTo(caller);
     SPITupleTable *taken = SPI_tuptable;
     auto *claims = (Claim *)palloc0(sizeof(Claim) * Max(n, 1));
@@ -503,13 +507,13 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
     if (!superuser_arg(role) && ncategories > 0) {
         Oid check_types[2] = {INT4ARRAYOID, OIDOID};
         Datum check_args[2] = {int4_datums(categories, ncategories), ObjectIdGetDatum(role)};
-        uint64 refused = pg::spi_run(
-            "checking a consumer's categories",
+        uint64 refused = pg::spi_run_kept(
+            &check_plan, "checking a consumer's categories",
             "SELECT c.name FROM outbox.categories c WHERE c.id = ANY ($1) AND NOT EXISTS"
             " (SELECT FROM outbox.category_grants g WHERE g.category = c.id"
             " AND g.privilege = 'CONSUME' AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
             " ORDER BY c.name LIMIT 1",
-            2, check_types, check_args, nullptr, true, 0, SPI_OK_SELECT);
+            2, check_types, check_args, nullptr, true, SPI_OK_SELECT);
         MemoryContextSwitchTo(caller);
         if (refused > 0) {
             char *name = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
@@ -570,13 +574,15 @@ void clear_errors(const Claim *claims, const int32 *through, int n) {
                      int4_datums(scopes, k), int8_datums(identifiers, k),
                      PointerGetDatum(construct_array(cells, k, TEXTOID, -1, false, TYPALIGN_INT))};
     MemoryContext caller = CurrentMemoryContext;
-    (void)pg::spi_run("clearing shard errors",
-                      "DELETE FROM outbox.shard_errors e USING ROWS FROM (pg_catalog.unnest($1),"
-                      " pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4))"
-                      " AS k (silo, scope, identifier, cell) WHERE e.silo = k.silo"
-                      " AND e.shard_scope = k.scope AND e.shard_identifier = k.identifier"
-                      " AND e.cell_name = k.cell",
-                      4, types, args, nullptr, false, 0, SPI_OK_DELETE);
+    static SPIPlanPtr plan = nullptr;
+    (void)pg::spi_run_kept(
+        &plan, "clearing shard errors",
+        "DELETE FROM outbox.shard_errors e USING ROWS FROM (pg_catalog.unnest($1),"
+        " pg_catalog.unnest($2), pg_catalog.unnest($3), pg_catalog.unnest($4))"
+        " AS k (silo, scope, identifier, cell) WHERE e.silo = k.silo"
+        " AND e.shard_scope = k.scope AND e.shard_identifier = k.identifier"
+        " AND e.cell_name = k.cell",
+        4, types, args, nullptr, false, SPI_OK_DELETE);
     MemoryContextSwitchTo(caller);
 }
 
@@ -631,6 +637,10 @@ OUTBOX_FUNCTION(outbox_claim) {
     TimestampTz lease_until = claimed_at + lease_usecs;
     bool started = false;
     int messages = 0, shards = 0;
+    // Rows are read to make messages: as many as the messages still wanted
+    // take, by the rows per message seen so far (coalescing), so that a
+    // claim is mostly one batch of whole shards.
+    int64 rows_read = 0, messages_made = 0;
     MemoryContext work =
         AllocSetContextCreate(CurrentMemoryContext, "pg_outbox claim", ALLOCSET_DEFAULT_SIZES);
     while (messages < max_messages && shards < drain_max_shards) {
@@ -640,8 +650,11 @@ OUTBOX_FUNCTION(outbox_claim) {
             begin_session_pass(cell, control, &categories);
             started = true;
         }
-        DrainBatch *batch =
-            drain_pass_next(session_pass, max_messages - messages, drain_max_shards - shards);
+        int wanted = max_messages - messages;
+        double rows_per_message =
+            messages_made > 0 ? Max((double)rows_read / (double)messages_made, 1.0) : 1.0;
+        int rows = (int)Min((double)Max(drain_batch_size, wanted), wanted * rows_per_message + 1);
+        DrainBatch *batch = drain_pass_next(session_pass, rows, drain_max_shards - shards);
         if (batch == nullptr) {
             end_session_pass();
             continue;
@@ -649,6 +662,13 @@ OUTBOX_FUNCTION(outbox_claim) {
         MemoryContext old = MemoryContextSwitchTo(work);
         LeasedBatch leased;
         lease_batch(batch, &leased);
+        rows_read += batch->nrows;
+        messages_made += leased.nmessages;
+        // Beyond the messages wanted: not handed out.  A shard cut there
+        // is claimed with its first messages; one past the cut waits for
+        // the next pass.
+        if (leased.nmessages > wanted)
+            leased.nmessages = wanted;
         messages += record_leases(batch, &leased, &categories, role, claimed_at, lease_until,
                                   rsinfo->setResult, rsinfo->setDesc);
         MemoryContextSwitchTo(old);

@@ -50,13 +50,13 @@ const char *not_held(Silo silo) {
                  " AND p.cell_name = '')"
                  " AND NOT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'cell'"
                  " AND l.shard_scope = o.shard_scope AND l.shard_identifier = o.shard_identifier"
-                 " AND l.cell_name = '' AND l.lease_until > pg_catalog.clock_timestamp())"
+                 " AND l.cell_name = '' AND l.lease_until > pg_catalog.now())"
                : " AND NOT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'control'"
                  " AND p.shard_scope = o.shard_scope AND p.shard_identifier = o.shard_identifier"
                  " AND p.cell_name = o.cell_name)"
                  " AND NOT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'control'"
                  " AND l.shard_scope = o.shard_scope AND l.shard_identifier = o.shard_identifier"
-                 " AND l.cell_name = o.cell_name AND l.lease_until > pg_catalog.clock_timestamp())";
+                 " AND l.cell_name = o.cell_name AND l.lease_until > pg_catalog.now())";
 }
 
 // The claim is an advisory lock held to the end of the transaction.  Its

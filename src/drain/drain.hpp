@@ -108,6 +108,9 @@ void refuse_drain_in_handler(const char *function);
 
 // The condition that leaves out of a read of the outbox (of silo, aliased
 // o) the shards that are paused or that a consumer holds under a live lease.
+// A lease is live until now(), the transaction's start: clock_timestamp()
+// would be volatile and keep the planner from hashing the claims once per
+// read (a claim that ended during the transaction waits for the next read).
 const char *not_held(Silo silo);
 
 // Claims a shard for the rest of the transaction; false when another

@@ -106,6 +106,30 @@ void drop_store(DrainPass *pass) {
     pass->in_shard = false;
 }
 
+// The plans of partition reads, by partition: a pass reads every partition,
+// and planning the read cost more than running it on a shallow outbox.
+struct ReadPlan {
+    Oid partition;
+    SPIPlanPtr plan;
+};
+ReadPlan read_plans[64];
+int nread_plans = 0;
+
+SPIPlanPtr *read_plan(Oid partition) {
+    for (int i = 0; i < nread_plans; i++)
+        if (read_plans[i].partition == partition)
+            return &read_plans[i].plan;
+    if (nread_plans == lengthof(read_plans)) {
+        // The outbox was made again (the extension dropped and created):
+        // the plans of partitions that are gone go.
+        for (int i = 0; i < nread_plans; i++)
+            SPI_freeplan(read_plans[i].plan);
+        nread_plans = 0;
+    }
+    read_plans[nread_plans] = ReadPlan{partition, nullptr};
+    return &read_plans[nread_plans++].plan;
+}
+
 // Reads the due rows of the next partition; false when there is none left.
 // A shard is due when any of its rows is: the window gives every row its
 // shard's earliest scheduled_for, and the rows come sorted by shard and id
@@ -163,8 +187,10 @@ bool read_next_partition(DrainPass *pass) {
     int level = NewGUCNestLevel();
     (void)set_config_option("work_mem", read_work_mem, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
                             true, 0, false);
-    Portal portal = SPI_cursor_open_with_args(nullptr, sql, 2, types, args, nullptr, true,
-                                              CURSOR_OPT_NO_SCROLL);
+    Portal portal = SPI_cursor_open(
+        nullptr,
+        pg::spi_prepare_kept(read_plan(pass->partition_relid), "a partition read", sql, 2, types),
+        args, nullptr, true);
     MemoryContext old = MemoryContextSwitchTo(pass->context);
     // interXact: its temporary file outlives this transaction.
     pass->store = tuplestore_begin_heap(false, true, store_kbytes);

@@ -14,6 +14,18 @@ namespace pgoutbox::pg {
 uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
                const char *nulls, bool read_only, long limit, int expected);
 
+// The same through a plan prepared once per session and kept in *plan (a
+// statement run on every call: planning it each time would cost more than
+// running it).  Its SQL must not change between calls, and must name what
+// it reads with qualified names: it is planned again, with the search_path
+// it was prepared with, when what it reads changes.
+uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
+                    Datum *values, const char *nulls, bool read_only, int expected);
+
+// The plan of spi_run_kept, prepared if it is not yet, for a cursor.
+SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs,
+                            Oid *types);
+
 // Who a statement of spi_run_as runs as.
 struct RunAsRole {
     Relation owner_of; // nullptr: the extension's owner; else this table's owner

@@ -1,6 +1,7 @@
 #include "stats/stats.hpp"
 #include "pg/guard.hpp"
 
+#include "settings.hpp"
 #include "stats/lag_histogram.hpp"
 #include "worker/worker.hpp"
 
@@ -149,7 +150,7 @@ void flush_pending() {
         });
     }
     npending = 0;
-    if (wrote)
+    if (wrote && notify_consumers)
         worker_outbox_committed();
 }
 

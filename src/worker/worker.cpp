@@ -559,9 +559,11 @@ void outbox_worker_main(Datum) {
                         PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
+        bool requested = false;
         if (ConfigReloadPending) {
             ConfigReloadPending = false;
             ProcessConfigFile(PGC_SIGHUP);
+            requested = true; // a new naptime, or the worker just enabled
         }
         // Woken by a commit that wrote outbox rows: consumers learn of it
         // now; the cycle keeps its own pace.
@@ -569,7 +571,7 @@ void outbox_worker_main(Datum) {
             in_transaction(
                 "pg_outbox: waking consumers", [] {}, nullptr);
         TimestampTz now = GetCurrentTimestamp();
-        bool requested = pg_atomic_exchange_u32(&worker_shared->cycle_requested, 0) != 0;
+        requested = pg_atomic_exchange_u32(&worker_shared->cycle_requested, 0) != 0 || requested;
         if (!busy && !requested && now < next_cycle)
             continue;
         next_cycle = TimestampTzPlusMilliseconds(now, naptime_ms);

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(46);
+SELECT plan(50);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -88,6 +88,27 @@ SELECT is(current_setting('outbox.backfill_max_shard_depth'), '0',
           'outbox.backfill_max_shard_depth defaults to 0 (off)');
 SELECT is(current_setting('outbox.backfill_min_rate_per_minute'), '0',
           'outbox.backfill_min_rate_per_minute defaults to 0');
+
+-- Consumers (issue 15): signatures, defaults, return types; what a claim
+-- returns; everyone may call them (CONSUME is checked inside).
+SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_arguments(p.oid)
+                             || ' -> ' || pg_get_function_result(p.oid), E'\n' ORDER BY p.proname)
+             FROM pg_proc p
+            WHERE p.pronamespace = 'outbox'::regnamespace
+              AND p.proname IN ('claim', 'complete', 'fail')),
+          $$outbox.claim(integer,interval,text[],text) max_messages integer, lease interval, categories text[] DEFAULT NULL::text[], silo text DEFAULT NULL::text -> SETOF outbox.claimed_message
+outbox.complete(bigint[],integer[]) claims bigint[], through integer[] DEFAULT NULL::integer[] -> bigint
+outbox.fail(bigint,integer,text) claim bigint, message_number integer, error text -> void$$,
+          'the consumer functions');
+SELECT is((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.atttypmod), ', ' ORDER BY a.attnum)
+             FROM pg_attribute a WHERE a.attrelid = 'outbox.claimed_message'::regclass AND a.attnum > 0),
+          'claim bigint, message_number integer, silo text, shard_scope integer, shard_identifier bigint, cell_name text, category text, object_identifier bigint, payload jsonb, first_id bigint, last_id bigint, coalesced integer, lease_until timestamp with time zone',
+          'outbox.claimed_message');
+SELECT ok(has_function_privilege('public', 'outbox.claim(int, interval, text[], text)', 'EXECUTE')
+          AND has_function_privilege('public', 'outbox.complete(bigint[], int[])', 'EXECUTE')
+          AND has_function_privilege('public', 'outbox.fail(bigint, int, text)', 'EXECUTE'),
+          'every role may call the consumer functions (CONSUME is checked in C)');
+SELECT is(current_setting('outbox.notify_consumers'), 'on', 'outbox.notify_consumers defaults to on');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

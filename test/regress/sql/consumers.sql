@@ -36,9 +36,9 @@ SELECT shard_identifier, category, object_identifier, payload->>'name' AS name,
 
 -- Coalesced messages of whole shards, in shard order: shard 1 holds object
 -- 1 (written twice), then objects 7 and 8; shard 2 holds object 2.
--- max_messages 2 gives shard 2's message and shard 1's first (its two rows
--- coalesced); the claim of shard 1 holds only what was handed out, yet the
--- whole shard stays held: a second claim gets nothing.
+-- max_messages 2 gives shard 1's first two messages (object 1's two rows
+-- coalesced, then object 7); the claim holds only what was handed out, yet
+-- the whole shard stays held: a second claim gets shard 2 only.
 INSERT INTO org VALUES (1, 'a'), (2, 'b');
 UPDATE org SET name = 'a2' WHERE id = 1;
 INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
@@ -49,6 +49,8 @@ SELECT message_number, silo, shard_identifier, cell_name, category, object_ident
  ORDER BY shard_identifier, message_number;
 SELECT count(DISTINCT claim) FROM got;
 SELECT * FROM claims;
+SELECT shard_identifier, depth, state FROM outbox.shard_depth ORDER BY shard_identifier;
+SELECT outbox.metrics() ~ 'pg_outbox_shards_claimed\{silo="cell"\} 1' AS claimed_counted;
 INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
 SELECT shard_identifier, message_number, object_identifier, payload FROM got ORDER BY shard_identifier, message_number;
 SELECT count(*) FROM outbox.claim(10, '1 minute');
@@ -217,6 +219,9 @@ SELECT pg_temp.err('SELECT outbox.complete(''{1}'')');
 RESET ROLE;
 SET ROLE consumer_monitor;
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'')');
+-- It sees how many shards are held, never a claim token.
+SELECT outbox.metrics() ~ 'pg_outbox_shards_claimed\{silo="cell"\} 0' AS claimed_counted;
+SELECT pg_temp.err('SELECT claim FROM outbox.consumer_claims');
 RESET ROLE;
 ALTER TABLE org OWNER TO consumer_owner;
 SET ROLE consumer_owner;
