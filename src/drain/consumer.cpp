@@ -175,20 +175,6 @@ int compare_int64(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-Datum int4_datums(const int32 *values, int n) {
-    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
-    for (int i = 0; i < n; i++)
-        items[i] = Int32GetDatum(values[i]);
-    return PointerGetDatum(construct_array(items, n, INT4OID, 4, true, TYPALIGN_INT));
-}
-
-Datum int8_datums(const int64 *values, int n) {
-    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
-    for (int i = 0; i < n; i++)
-        items[i] = Int64GetDatum(values[i]);
-    return PointerGetDatum(construct_array(items, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
 // Records the leases of a leased batch's shards (one INSERT) and writes
 // their messages to the result; returns the messages written.  A shard
 // whose live lease someone else recorded meanwhile is left out.
@@ -253,32 +239,28 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         bounds[3 * nleased + k] = message_last[s];
         k++;
     }
-    Datum *tid_items = (Datum *)palloc(sizeof(Datum) * Max(row_start, 1));
-    for (int i = 0; i < row_start; i++)
-        tid_items[i] = PointerGetDatum(&leased->ctids[i]);
     Oid types[18] = {INT8ARRAYOID,   TEXTARRAYOID,   INT4ARRAYOID,       INT8ARRAYOID, TEXTARRAYOID,
                      INT4ARRAYOID,   INT4ARRAYOID,   INT4ARRAYOID,       INT4ARRAYOID, OIDOID,
                      TIMESTAMPTZOID, TIMESTAMPTZOID, TIDARRAYOID,        INT8ARRAYOID, INT4ARRAYOID,
                      INT4ARRAYOID,   INT8ARRAYOID,   TIMESTAMPTZARRAYOID};
     Datum args[18] = {
-        int8_datums(leased_tokens, nleased),
+        pg::int8_array(leased_tokens, nleased),
         PointerGetDatum(construct_array(silos, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
-        int4_datums(scopes, nleased),
-        int8_datums(identifiers, nleased),
+        pg::int4_array(scopes, nleased),
+        pg::int8_array(identifiers, nleased),
         PointerGetDatum(construct_array(cells, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
-        int4_datums(bounds, nleased),
-        int4_datums(bounds + nleased, nleased),
-        int4_datums(bounds + 2 * nleased, nleased),
-        int4_datums(bounds + 3 * nleased, nleased),
+        pg::int4_array(bounds, nleased),
+        pg::int4_array(bounds + nleased, nleased),
+        pg::int4_array(bounds + 2 * nleased, nleased),
+        pg::int4_array(bounds + 3 * nleased, nleased),
         ObjectIdGetDatum(role),
         TimestampTzGetDatum(claimed_at),
         TimestampTzGetDatum(lease_until),
-        PointerGetDatum(construct_array(tid_items, row_start, TIDOID, sizeof(ItemPointerData),
-                                        false, TYPALIGN_SHORT)),
-        int8_datums(leased->ids, row_start),
-        int4_datums(ends, leased->nmessages),
-        int4_datums(message_categories, leased->nmessages),
-        int8_datums(objects, leased->nmessages),
+        pg::tid_array(leased->ctids, row_start),
+        pg::int8_array(leased->ids, row_start),
+        pg::int4_array(ends, leased->nmessages),
+        pg::int4_array(message_categories, leased->nmessages),
+        pg::int8_array(objects, leased->nmessages),
         PointerGetDatum(construct_array(added, leased->nmessages, TIMESTAMPTZOID, 8,
                                         FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
     // A shard whose lease passed is claimed again by replacing its row.
@@ -395,7 +377,7 @@ void spi_array(HeapTuple tuple, TupleDesc desc, int column, Oid element, int siz
 // one of its categories.  Inside SPI, as the extension's owner.
 Claim *take_claims(const int64 *tokens, int n, Oid role) {
     Oid types[1] = {INT8ARRAYOID};
-    Datum args[1] = {int8_datums(tokens, n)};
+    Datum args[1] = {pg::int8_array(tokens, n)};
     MemoryContext caller = CurrentMemoryContext;
     static SPIPlanPtr find_plan = nullptr, take_plan = nullptr, check_plan = nullptr;
     uint64 found =
@@ -506,7 +488,7 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
     // revoking it fences the role's claims.
     if (!superuser_arg(role) && ncategories > 0) {
         Oid check_types[2] = {INT4ARRAYOID, OIDOID};
-        Datum check_args[2] = {int4_datums(categories, ncategories), ObjectIdGetDatum(role)};
+        Datum check_args[2] = {pg::int4_array(categories, ncategories), ObjectIdGetDatum(role)};
         uint64 refused = pg::spi_run_kept(
             &check_plan, "checking a consumer's categories",
             "SELECT c.name FROM outbox.categories c WHERE c.id = ANY ($1) AND NOT EXISTS"
@@ -571,7 +553,7 @@ void clear_errors(const Claim *claims, const int32 *through, int n) {
         return;
     Oid types[4] = {TEXTARRAYOID, INT4ARRAYOID, INT8ARRAYOID, TEXTARRAYOID};
     Datum args[4] = {PointerGetDatum(construct_array(silos, k, TEXTOID, -1, false, TYPALIGN_INT)),
-                     int4_datums(scopes, k), int8_datums(identifiers, k),
+                     pg::int4_array(scopes, k), pg::int8_array(identifiers, k),
                      PointerGetDatum(construct_array(cells, k, TEXTOID, -1, false, TYPALIGN_INT))};
     MemoryContext caller = CurrentMemoryContext;
     static SPIPlanPtr plan = nullptr;

@@ -475,15 +475,6 @@ bool call_handler(Handler *handler, Datum message, char **error) {
     return ok;
 }
 
-// The ctids of rows as an array argument.
-Datum tid_array(const ItemPointerData *tids, int n) {
-    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
-    for (int i = 0; i < n; i++)
-        items[i] = PointerGetDatum(&tids[i]);
-    return PointerGetDatum(
-        construct_array(items, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
-}
-
 // Sentry's backoff: each row waits twice as long as it last did, between
 // 1 s and 1 h.  By ctid, in the partition that holds the shard.
 const char *back_off_set =
@@ -494,7 +485,7 @@ void back_off_rows(Oid partition, const ItemPointerData *tids, int n) {
     if (n == 0)
         return;
     Oid types[1] = {TIDARRAYOID};
-    Datum args[1] = {tid_array(tids, n)};
+    Datum args[1] = {pg::tid_array(tids, n)};
     spi("backing off a shard",
         psprintf("UPDATE %s SET %s WHERE ctid = ANY ($1)",
                  quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
@@ -845,7 +836,7 @@ void drain_batch(DrainBatch *batch, DrainStats *stats) {
                 for (int i = segment->first; i < segment->first + segment->nrows; i++)
                     if (now_rows[i].present && now_rows[i].message == failed_at[s])
                         tids[n++] = now_rows[i].ctid;
-                dead_letter_rows(segment, "ctid", tid_array(tids, n), TIDARRAYOID, attempts,
+                dead_letter_rows(segment, "ctid", pg::tid_array(tids, n), TIDARRAYOID, attempts,
                                  errors[s]);
                 clear_error(&segment->shard);
                 make_due(segment);
@@ -943,13 +934,6 @@ int find_claimed_rows(const ClaimedRows *rows, Oid partition, ItemPointerData *f
     return n;
 }
 
-Datum int8_array(const int64 *values, int n) {
-    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
-    for (int i = 0; i < n; i++)
-        items[i] = Int64GetDatum(values[i]);
-    return PointerGetDatum(construct_array(items, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-}
-
 // The condition on a shard's rows in its partition, $2 to $4.
 const char *shard_condition(const ShardKey *shard) {
     return shard->cell_name ? "o.shard_scope = $2 AND o.shard_identifier = $3 AND o.cell_name = $4"
@@ -979,7 +963,7 @@ int64 delete_claimed_rows(const ClaimedRows *rows) {
         // one scan of the partition.
         CommandCounterIncrement();
         Oid types[4] = {INT8ARRAYOID, INT4OID, INT8OID, TEXTOID};
-        Datum args[4] = {int8_array(missing, nmissing), Int32GetDatum(shard->shard_scope),
+        Datum args[4] = {pg::int8_array(missing, nmissing), Int32GetDatum(shard->shard_scope),
                          Int64GetDatum(shard->shard_identifier),
                          CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
         deleted += (int64)spi(
@@ -1008,7 +992,7 @@ void fail_claimed_message(const ClaimedRows *failing_rows, int32 category, int64
     if (max_attempts > 0 && attempts >= max_attempts) {
         // Its rows by id: a consumer's failure is rare enough for a scan
         // of the partition.
-        dead_letter_rows(&segment, "id", int8_array(failing_rows->ids, failing_rows->n),
+        dead_letter_rows(&segment, "id", pg::int8_array(failing_rows->ids, failing_rows->n),
                          INT8ARRAYOID, attempts, error);
         clear_error(&segment.shard);
         make_due(&segment);

@@ -1,5 +1,9 @@
 #include "pg/spi.hpp"
 
+extern "C" {
+#include "utils/array.h"
+}
+
 namespace pgoutbox::pg {
 
 uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
@@ -30,6 +34,28 @@ uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nar
     if (rc != expected)
         elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
     return SPI_processed;
+}
+
+Datum int4_array(const int32 *values, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = Int32GetDatum(values[i]);
+    return PointerGetDatum(construct_array(items, n, INT4OID, 4, true, TYPALIGN_INT));
+}
+
+Datum int8_array(const int64 *values, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = Int64GetDatum(values[i]);
+    return PointerGetDatum(construct_array(items, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
+}
+
+Datum tid_array(const ItemPointerData *tids, int n) {
+    Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        items[i] = PointerGetDatum(&tids[i]);
+    return PointerGetDatum(
+        construct_array(items, n, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT));
 }
 
 } // namespace pgoutbox::pg

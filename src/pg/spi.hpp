@@ -26,6 +26,11 @@ uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nar
 SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs,
                             Oid *types);
 
+// Array arguments for SPI (in CurrentMemoryContext).
+Datum int4_array(const int32 *values, int n);
+Datum int8_array(const int64 *values, int n);
+Datum tid_array(const ItemPointerData *tids, int n);
+
 // Who a statement of spi_run_as runs as.
 struct RunAsRole {
     Relation owner_of; // nullptr: the extension's owner; else this table's owner
