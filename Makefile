@@ -31,9 +31,9 @@ REGRESS = $(patsubst test/regress/sql/%.sql,%,$(sort $(wildcard test/regress/sql
 REGRESS_OPTS = --inputdir=test/regress --load-extension=pg_outbox
 
 PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
-PG_CPPFLAGS = -Isrc
+PG_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir)
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Werror -Wno-register -Wno-missing-field-initializers -fno-omit-frame-pointer
-SHLIB_LINK = -lhiredis -lstdc++
+SHLIB_LINK = -lhiredis -lpq -lstdc++
 
 # make SANITIZE=1: AddressSanitizer and UndefinedBehaviorSanitizer in the
 # library (test/sanitize.sh runs every test against a server that preloads

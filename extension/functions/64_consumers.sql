@@ -6,9 +6,10 @@
 -- (outbox.grant_category), and works as the extension's owner.
 
 -- Up to max_messages due messages of whole shards, in shard order, each
--- shard under a lease of its own (its claim token) until now + lease.
+-- shard under a lease of its own (its claim token) until now + lease;
+-- cell_name: the control messages of that cell only.
 CREATE OR REPLACE FUNCTION outbox.claim(max_messages int, lease interval,
-    categories text[] DEFAULT NULL, silo text DEFAULT NULL)
+    categories text[] DEFAULT NULL, silo text DEFAULT NULL, cell_name text DEFAULT NULL)
     RETURNS SETOF outbox.claimed_message
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_claim';
 

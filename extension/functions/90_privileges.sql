@@ -29,7 +29,7 @@ GRANT EXECUTE ON FUNCTION
     outbox.register_foreign_key(regclass, name, text, text),
     outbox.unregister_foreign_key(regclass, name) TO PUBLIC;
 -- Consumers: checked in C against CONSUME grants (64_consumers.sql).
-GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text),
+GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text, text),
     outbox.complete(bigint[], int[]), outbox.fail(bigint, int, text) TO PUBLIC;
 
 -- pg_monitor reads; it cannot reset, drain, open gates or change anything.
@@ -41,6 +41,8 @@ GRANT SELECT ON outbox.paused_shards TO pg_monitor;
 GRANT SELECT (silo, dead_at) ON outbox.dead_letters TO pg_monitor;
 -- and the shards consumers hold, never their claim tokens (which complete).
 GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;
+-- and how the links to other clusters are doing.
+GRANT SELECT ON outbox.link_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),

@@ -9,6 +9,9 @@
 -- Consumers outside the database: claims with leases.
 -- @include tables/90_consumers.sql
 
+-- Links between clusters.
+-- @include tables/95_links.sql
+
 -- outbox._backfill_status() gains a column (eta_at_budget): its return type
 -- changes, so it and the view on it are made again by functions/.
 DROP VIEW outbox.backfill_status;

@@ -5,15 +5,15 @@
 
 namespace pgoutbox {
 
-void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
+Datum gone_ids(const SoleTable *table, const int64 *ids, int n) {
     if (n == 0)
-        return;
+        return (Datum)0;
     Relation rel = try_relation_open(table->relid, AccessShareLock);
     if (rel == nullptr)
-        return;
+        return (Datum)0;
     if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) {
         relation_close(rel, AccessShareLock);
-        return;
+        return (Datum)0;
     }
     auto *items = (Datum *)palloc(sizeof(Datum) * n);
     for (int i = 0; i < n; i++)
@@ -74,10 +74,15 @@ void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
     }
     PG_END_TRY();
     relation_close(rel, NoLock);
+    return gone;
+}
+
+void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
+    Datum gone = gone_ids(table, ids, n);
     if (gone == (Datum)0)
         return;
     Oid insert_types[2] = {TEXTOID, INT8ARRAYOID};
-    Datum insert_args[2] = {CStringGetTextDatum(table->table_key), (Datum)gone};
+    Datum insert_args[2] = {CStringGetTextDatum(table->table_key), gone};
     pg::spi_run_as(pg::extension_owner_role, "recording tombstones",
                    psprintf("INSERT INTO outbox.%s (table_name, object_identifier)"
                             " SELECT $1, pg_catalog.unnest($2) ON CONFLICT DO NOTHING",

@@ -15,4 +15,8 @@ namespace pgoutbox {
 // cannot read (a WARNING then) records nothing.
 void record_tombstones(const SoleTable *table, const int64 *ids, int n);
 
+// Of the n ids, those table has no row for (an int8[] in the caller's
+// memory context), or 0 for none or when it records nothing (above).
+Datum gone_ids(const SoleTable *table, const int64 *ids, int n);
+
 } // namespace pgoutbox

@@ -59,6 +59,13 @@ const char *not_held(Silo silo) {
                  " AND l.cell_name = o.cell_name AND l.lease_until > pg_catalog.now())";
 }
 
+const char *linked_elsewhere(Silo silo) {
+    return silo == Silo::Cell
+               ? " AND NOT EXISTS (SELECT FROM outbox.control_link)"
+               : " AND NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = o.cell_name"
+                 " AND c.server IS NOT NULL)";
+}
+
 // The claim is an advisory lock held to the end of the transaction.  Its
 // fourth field (pg_advisory_* use 1 and 2) keeps it apart from application
 // advisory locks; a hash collision only makes a shard wait a cycle.

@@ -113,6 +113,11 @@ void refuse_drain_in_handler(const char *function);
 // read (a claim that ended during the transaction waits for the next read).
 const char *not_held(Silo silo);
 
+// The condition that leaves out the rows a link delivers to another
+// cluster (a control row of a cell with a server; every cell row once the
+// control database is linked): handlers never see them.
+const char *linked_elsewhere(Silo silo);
+
 // Claims a shard for the rest of the transaction; false when another
 // session holds it, unless wait (then it waits for that session's end).
 bool claim_shard(const ShardKey *shard, bool wait);

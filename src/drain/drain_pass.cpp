@@ -43,8 +43,9 @@ struct DrainPass {
     bool silos[2];               // cell, control
     int32 *categories;           // read; NULL: those with a handler
     int ncategories;
-    int silo;      // being walked: 0 cell, 1 control
-    int partition; // being walked, in by_remainder order; -1 before the first
+    char *cell_name; // control rows of this cell only; NULL: all
+    int silo;        // being walked: 0 cell, 1 control
+    int partition;   // being walked, in by_remainder order; -1 before the first
     Oid partition_relid;
     Oid partition_filenode;
     TimestampTz read_at;
@@ -110,14 +111,15 @@ void drop_store(DrainPass *pass) {
 // and planning the read cost more than running it on a shallow outbox.
 struct ReadPlan {
     Oid partition;
+    int kind;
     SPIPlanPtr plan;
 };
-ReadPlan read_plans[64];
+ReadPlan read_plans[128];
 int nread_plans = 0;
 
-SPIPlanPtr *read_plan(Oid partition) {
+SPIPlanPtr *read_plan(Oid partition, int kind) {
     for (int i = 0; i < nread_plans; i++)
-        if (read_plans[i].partition == partition)
+        if (read_plans[i].partition == partition && read_plans[i].kind == kind)
             return &read_plans[i].plan;
     if (nread_plans == lengthof(read_plans)) {
         // The outbox was made again (the extension dropped and created):
@@ -126,7 +128,7 @@ SPIPlanPtr *read_plan(Oid partition) {
             SPI_freeplan(read_plans[i].plan);
         nread_plans = 0;
     }
-    read_plans[nread_plans] = ReadPlan{partition, nullptr};
+    read_plans[nread_plans] = ReadPlan{partition, kind, nullptr};
     return &read_plans[nread_plans++].plan;
 }
 
@@ -159,26 +161,34 @@ bool read_next_partition(DrainPass *pass) {
     pass->partition_relid = outbox_of(pass->silo)->by_remainder[pass->partition].relid;
     const char *shard =
         control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
+    // Three kinds of read, each with a plan of its own: for handlers (rows
+    // that a link delivers to another cluster are left out), for claims,
+    // and for claims of one cell's rows ($3).
+    bool one_cell = control && pass->cell_name != nullptr;
+    int kind = pass->categories == nullptr ? 0 : one_cell ? 2 : 1;
     char *sql = psprintf(
         "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added,"
         " shard_scope, shard_identifier, %s FROM ("
         "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER (PARTITION BY %s"
         " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS due_at"
-        " FROM %s o WHERE o.category = ANY ($1)%s) s WHERE due_at <= $2 ORDER BY %s, id",
+        " FROM %s o WHERE o.category = ANY ($1)%s%s%s) s WHERE due_at <= $2 ORDER BY %s, id",
         control ? "cell_name" : "NULL::text", shard,
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
                                    get_rel_name(pass->partition_relid)),
-        not_held(control ? Silo::Control : Silo::Cell), shard);
+        not_held(control ? Silo::Control : Silo::Cell),
+        kind == 0 ? linked_elsewhere(control ? Silo::Control : Silo::Cell) : "",
+        one_cell ? " AND o.cell_name = $3" : "", shard);
     int ncategories = pass->categories ? pass->ncategories : registry->nhandlers;
     const int32 *read = pass->categories ? pass->categories : registry->handler_categories;
     Datum *categories = (Datum *)palloc(sizeof(Datum) * ncategories);
     for (int c = 0; c < ncategories; c++)
         categories[c] = Int32GetDatum(read[c]);
-    Oid types[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
+    Oid types[3] = {INT4ARRAYOID, TIMESTAMPTZOID, TEXTOID};
     pass->read_at = GetCurrentTimestamp();
-    Datum args[2] = {
+    Datum args[3] = {
         PointerGetDatum(construct_array(categories, ncategories, INT4OID, 4, true, TYPALIGN_INT)),
-        TimestampTzGetDatum(pass->read_at)};
+        TimestampTzGetDatum(pass->read_at),
+        one_cell ? CStringGetTextDatum(pass->cell_name) : (Datum)0};
 
     // A fresh snapshot, kept: drain.cpp tells from it which shard errors
     // were written after the read.
@@ -187,10 +197,11 @@ bool read_next_partition(DrainPass *pass) {
     int level = NewGUCNestLevel();
     (void)set_config_option("work_mem", read_work_mem, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
                             true, 0, false);
-    Portal portal = SPI_cursor_open(
-        nullptr,
-        pg::spi_prepare_kept(read_plan(pass->partition_relid), "a partition read", sql, 2, types),
-        args, nullptr, true);
+    Portal portal =
+        SPI_cursor_open(nullptr,
+                        pg::spi_prepare_kept(read_plan(pass->partition_relid, kind),
+                                             "a partition read", sql, one_cell ? 3 : 2, types),
+                        args, nullptr, true);
     MemoryContext old = MemoryContextSwitchTo(pass->context);
     // interXact: its temporary file outlives this transaction.
     pass->store = tuplestore_begin_heap(false, true, store_kbytes);
@@ -294,7 +305,8 @@ void settle_last_batch(DrainPass *pass) {
 
 } // namespace
 
-DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, int ncategories) {
+DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, int ncategories,
+                            const char *cell_name) {
     MemoryContext context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox drain pass", ALLOCSET_DEFAULT_SIZES);
     auto *pass = (DrainPass *)MemoryContextAllocZero(context, sizeof(DrainPass));
@@ -309,6 +321,8 @@ DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, in
         memcpy(pass->categories, categories, sizeof(int32) * ncategories);
         pass->ncategories = ncategories;
     }
+    if (cell_name != nullptr)
+        pass->cell_name = MemoryContextStrdup(context, cell_name);
     pass->silo = cell ? 0 : control ? 1 : 2;
     pass->partition = -1;
     return pass;
@@ -433,7 +447,8 @@ DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
         " AND o.category = ANY ($3)%s%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
                                    get_rel_name(partition)),
-        shard->cell_name ? " AND o.cell_name = $5" : "", not_held(shard->silo));
+        shard->cell_name ? " AND o.cell_name = $5" : "",
+        psprintf("%s%s", not_held(shard->silo), linked_elsewhere(shard->silo)));
     uint64 n = pg::spi_run("reading a shard", sql, shard->cell_name ? 5 : 4, types, args, nullptr,
                            true, 0, SPI_OK_SELECT);
     for (uint64 i = 0; i < n; i++) {

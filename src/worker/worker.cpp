@@ -26,6 +26,7 @@
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
+#include "link/link.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "worker/worker_shared.hpp"
@@ -414,6 +415,38 @@ int64 cascade(int64 budget) {
     return used;
 }
 
+// Hands each linked destination's due messages over (link/link.hpp), in
+// batches, until none is due or a send fails; returns the messages sent.
+int64 send_links(int ntargets, LinkTarget *targets) {
+    int64 sent = 0;
+    for (int t = 0; t < ntargets; t++) {
+        const LinkTarget *target = &targets[t];
+        for (;;) {
+            CHECK_FOR_INTERRUPTS();
+            LinkBatch batch;
+            bool claimed = false;
+            if (!in_transaction(
+                    "pg_outbox: claiming for a link",
+                    [&] { claimed = link_claim(target, &batch, cycle_context); }, nullptr) ||
+                !claimed)
+                break;
+            char error[512] = "";
+            pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending a link batch");
+            int taken = 0;
+            bool ok = link_send(target, &batch, &taken, error, sizeof error);
+            in_transaction(
+                "pg_outbox: settling a link batch",
+                [&] { link_settle(target, &batch, ok, taken, error); }, nullptr);
+            if (!ok) {
+                record_error("link", error);
+                break;
+            }
+            sent += batch.n;
+        }
+    }
+    return sent;
+}
+
 // Returns whether it delivered anything (then the next cycle starts at
 // once: under load the worker does not nap between full cycles).
 bool cycle() {
@@ -426,9 +459,22 @@ bool cycle() {
 
     int64 scheduled = 0;
     int64 delivered = 0;
-    scheduled +=
-        drain_pass(silo_mode != SILO_MODE_CONTROL, silo_mode != SILO_MODE_CELL, &delivered);
-    compact(silo_mode != SILO_MODE_CONTROL, silo_mode != SILO_MODE_CELL);
+    // Linked to other clusters, this database also receives the other
+    // silo's messages, for its own handlers.
+    LinkTarget *targets = nullptr;
+    int ntargets = 0;
+    bool receives_cell = false, receives_control = false;
+    in_transaction(
+        "pg_outbox: reading links",
+        [&] {
+            ntargets = link_targets(cycle_context, &targets, &receives_cell, &receives_control);
+        },
+        nullptr);
+    bool cell = silo_mode != SILO_MODE_CONTROL || receives_cell;
+    bool control = silo_mode != SILO_MODE_CELL || receives_control;
+    scheduled += drain_pass(cell, control, &delivered);
+    delivered += send_links(ntargets, targets);
+    compact(cell, control);
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.

@@ -96,7 +96,7 @@ SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_argum
              FROM pg_proc p
             WHERE p.pronamespace = 'outbox'::regnamespace
               AND p.proname IN ('claim', 'complete', 'fail')),
-          $$outbox.claim(integer,interval,text[],text) max_messages integer, lease interval, categories text[] DEFAULT NULL::text[], silo text DEFAULT NULL::text -> SETOF outbox.claimed_message
+          $$outbox.claim(integer,interval,text[],text,text) max_messages integer, lease interval, categories text[] DEFAULT NULL::text[], silo text DEFAULT NULL::text, cell_name text DEFAULT NULL::text -> SETOF outbox.claimed_message
 outbox.complete(bigint[],integer[]) claims bigint[], through integer[] DEFAULT NULL::integer[] -> bigint
 outbox.fail(bigint,integer,text) claim bigint, message_number integer, error text -> void$$,
           'the consumer functions');
@@ -104,7 +104,7 @@ SELECT is((SELECT string_agg(a.attname || ' ' || format_type(a.atttypid, a.attty
              FROM pg_attribute a WHERE a.attrelid = 'outbox.claimed_message'::regclass AND a.attnum > 0),
           'claim bigint, message_number integer, silo text, shard_scope integer, shard_identifier bigint, cell_name text, category text, object_identifier bigint, payload jsonb, first_id bigint, last_id bigint, coalesced integer, lease_until timestamp with time zone',
           'outbox.claimed_message');
-SELECT ok(has_function_privilege('public', 'outbox.claim(int, interval, text[], text)', 'EXECUTE')
+SELECT ok(has_function_privilege('public', 'outbox.claim(int, interval, text[], text, text)', 'EXECUTE')
           AND has_function_privilege('public', 'outbox.complete(bigint[], int[])', 'EXECUTE')
           AND has_function_privilege('public', 'outbox.fail(bigint, int, text)', 'EXECUTE'),
           'every role may call the consumer functions (CONSUME is checked in C)');

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Separate clusters benchmark: messages per second from control to two
+# cells (test/cells.sh: three clusters on this machine, the links through
+# postgres_fdw servers), until the cells' handlers have applied every one,
+# against the control worker's local drain of as many messages with the
+# same no-op PL/pgSQL handler, side by side in one run.  Each fill: 1,000
+# shards x 100 rows of distinct objects (100,000 messages), for cell
+# "local" (no server: drained in control) or half for "us", half for "eu".
+#
+#   bash bench/cells/run.sh        # RUNS=3 ROWS_PER_SHARD=100
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cells.sh"
+RUNS=${RUNS:-3}
+ROWS_PER_SHARD=${ROWS_PER_SHARD:-100}
+trap cells_stop EXIT
+install_extension "$root"
+cells_start "shared_buffers = 512MB" "max_wal_size = 4GB" "autovacuum = off" "outbox.naptime = 10"
+cells_setup
+for name in "${CELL_NAMES[@]}"; do
+    on "$name" >/dev/null <<'SQL'
+SELECT outbox.register_category('BENCH', 'Organization', 5);
+SELECT outbox.register_cell('local');
+CREATE FUNCTION noop(m outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
+SELECT outbox.register_handler('BENCH', 'noop(outbox.message)');
+SQL
+done
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
+messages=$((1000 * ROWS_PER_SHARD))
+fill() { # cell expression (r: row number)
+    on control -c "INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier, payload, cell_name)
+                   SELECT 0, s, 5, s * 100000 + r, jsonb_build_object('r', r), $1
+                     FROM generate_series(1, 1000) s, generate_series(1, $ROWS_PER_SHARD) r ORDER BY r, s" >/dev/null
+}
+left() { # control rows waiting here and in the cells
+    echo $(($(on control -c "SELECT count(*) FROM outbox.control_outbox") + $(on us -c "SELECT count(*) FROM outbox.control_outbox") + $(on eu -c "SELECT count(*) FROM outbox.control_outbox")))
+}
+declare -A rate
+for run in $(seq "$RUNS"); do
+    start=$(date +%s%N); fill "'local'"
+    until [[ $(left) == 0 ]]; do sleep 0.05; done
+    rate[local]+="$((messages * 1000 / $(ms_since "$start"))) "
+    start=$(date +%s%N); fill "CASE WHEN s % 2 = 0 THEN 'us' ELSE 'eu' END"
+    until [[ $(left) == 0 ]]; do sleep 0.05; done
+    rate[linked]+="$((messages * 1000 / $(ms_since "$start"))) "
+    echo "run $run: local ${rate[local]}| linked ${rate[linked]}" >&2
+done
+applied=$(( $(on us -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'") + $(on eu -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'") ))
+[[ $applied == $((RUNS * messages)) ]] || { echo "the cells delivered $applied, not $((RUNS * messages))" >&2; exit 1; }
+med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
+{
+echo "# pg_outbox separate clusters benchmark"
+echo
+echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(on control -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/cells/run.sh\` RUNS=$RUNS"
+echo
+echo "Three clusters on this one machine; $messages messages (1,000 shards x $ROWS_PER_SHARD distinct objects) a fill, timed from"
+echo "the fill (one INSERT into control's outbox) until no row is left in any outbox; no-op PL/pgSQL handler; medians of $RUNS runs."
+echo
+echo "| delivered | messages/s | vs local |"
+echo "|---|---:|---:|"
+echo "| by control's worker to its own handler (cell \`local\`, no server) | $(med local) | 1.00 |"
+echo "| from control to cells us and eu (links), applied by the cells' workers | $(med linked) | $(awk -v a="$(med linked)" -v b="$(med local)" 'BEGIN{printf "%.2f", a/b}') |"
+echo
+echo "Runs: local ${rate[local]}; linked ${rate[linked]}."
+} | tee "$root/bench/cells/results.md"

@@ -1,0 +1,176 @@
+------------------------------------------------------------------------------
+-- Links between clusters (SPEC section 11; README, "Separate clusters")
+------------------------------------------------------------------------------
+-- Extension owner only (90_privileges.sql grants them to nobody), except
+-- outbox.receive(), which the extension owner grants to the role that the
+-- other side's user mapping logs in as.
+
+-- The foreign server that reaches a cell's database (control side); NULL
+-- ends the link: the cell's messages stay here for local handlers.
+CREATE OR REPLACE FUNCTION outbox.set_cell_server(cell text, server name) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._require(cell, 'cell');
+    IF server IS NOT NULL AND NOT EXISTS (SELECT FROM pg_foreign_server s
+                                           WHERE s.srvname = set_cell_server.server) THEN
+        RAISE EXCEPTION 'server % does not exist', quote_ident(server)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'CREATE SERVER ... FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host, port, dbname), and a USER MAPPING for the worker''s role.';
+    END IF;
+    UPDATE outbox.cells c SET server = set_cell_server.server WHERE c.name = cell;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'cell % is not registered', quote_literal(cell)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    PERFORM outbox._invalidate_cache();
+END
+$$;
+
+-- This database is the cell cell_name; the control database is reached
+-- through server (cell side).
+CREATE OR REPLACE FUNCTION outbox.link_control(server name, cell_name text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._require(server, 'server');
+    PERFORM outbox._require(cell_name, 'cell_name');
+    IF NOT EXISTS (SELECT FROM pg_foreign_server s WHERE s.srvname = link_control.server) THEN
+        RAISE EXCEPTION 'server % does not exist', quote_ident(server)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    IF NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = link_control.cell_name) THEN
+        RAISE EXCEPTION 'cell % is not registered', quote_literal(cell_name)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    INSERT INTO outbox.control_link AS l (server, cell_name) VALUES (server, cell_name)
+        ON CONFLICT (singleton) DO UPDATE SET server = excluded.server, cell_name = excluded.cell_name;
+    PERFORM outbox._invalidate_cache();
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox.unlink_control() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    DELETE FROM outbox.control_link;
+    PERFORM outbox._invalidate_cache();
+END
+$$;
+
+-- Called by the other side's worker: takes a batch of messages into the
+-- local outbox, each only if it is newer than what origin handed over
+-- before (outbox.inbox), and the tombstones that came with them; returns
+-- how many messages it took.  The local worker then delivers them to the
+-- local handlers.  Arrays are one element per message, in shard order.
+CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, shard_scopes int[],
+    shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[],
+    payloads jsonb[], last_ids bigint[], tombstone_tables text[] DEFAULT '{}',
+    tombstone_objects bigint[] DEFAULT '{}') RETURNS int
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    n int := cardinality(shard_scopes);
+    accepted int;
+BEGIN
+    PERFORM outbox._require(origin, 'origin');
+    PERFORM outbox._require(silo, 'silo');
+    IF silo NOT IN ('cell', 'control') THEN
+        RAISE EXCEPTION 'silo must be ''cell'' or ''control'', not %', quote_literal(silo)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF n IS NULL OR cardinality(shard_identifiers) IS DISTINCT FROM n
+       OR cardinality(cell_names) IS DISTINCT FROM n OR cardinality(categories) IS DISTINCT FROM n
+       OR cardinality(object_identifiers) IS DISTINCT FROM n
+       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(last_ids) IS DISTINCT FROM n
+       OR cardinality(tombstone_tables) IS DISTINCT FROM cardinality(tombstone_objects) THEN
+        RAISE EXCEPTION 'the message arrays must all have one element per message'
+            USING ERRCODE = 'array_subscript_error';
+    END IF;
+    IF silo = 'control' AND array_position(cell_names, NULL) IS NOT NULL THEN
+        RAISE EXCEPTION 'cell_names must not contain NULL for control messages'
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF EXISTS (SELECT FROM unnest(categories) c(name)
+                WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name)) THEN
+        RAISE EXCEPTION 'category % is not registered here',
+            (SELECT quote_literal(c.name) FROM unnest(categories) c(name)
+              WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1)
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    -- One statement per silo (no temporary table: a caller's own one of
+    -- the same name would run its triggers as the extension owner).  Rows
+    -- go in in the order they came: ids follow it within each shard.
+    IF silo = 'cell' THEN
+        WITH m AS (SELECT m.*, k.id AS category
+                     FROM unnest(shard_scopes, shard_identifiers, cell_names, categories,
+                                 object_identifiers, payloads, last_ids)
+                          WITH ORDINALITY AS m(scope, ident, cell, category_name, object,
+                                               payload, last_id, n)
+                     JOIN outbox.categories k ON k.name = m.category_name),
+             fresh AS (INSERT INTO outbox.inbox AS i (origin, silo, shard_scope,
+                              shard_identifier, cell_name, category, object_identifier, last_id)
+                       SELECT receive.origin, 'cell', m.scope, m.ident, '', m.category, m.object,
+                              m.last_id FROM m
+                       ON CONFLICT (origin, silo, shard_scope, shard_identifier, cell_name,
+                                    category, object_identifier)
+                       DO UPDATE SET last_id = excluded.last_id, received_at = excluded.received_at
+                       WHERE i.last_id < excluded.last_id
+                       RETURNING i.shard_scope, i.shard_identifier, i.category, i.object_identifier)
+        INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category,
+                                        object_identifier, payload)
+        SELECT m.scope, m.ident, m.category, m.object, m.payload
+          FROM m JOIN fresh f ON f.shard_scope = m.scope AND f.shard_identifier = m.ident
+           AND f.category = m.category AND f.object_identifier = m.object
+         ORDER BY m.n;
+    ELSE
+        WITH m AS (SELECT m.*, k.id AS category
+                     FROM unnest(shard_scopes, shard_identifiers, cell_names, categories,
+                                 object_identifiers, payloads, last_ids)
+                          WITH ORDINALITY AS m(scope, ident, cell, category_name, object,
+                                               payload, last_id, n)
+                     JOIN outbox.categories k ON k.name = m.category_name),
+             fresh AS (INSERT INTO outbox.inbox AS i (origin, silo, shard_scope,
+                              shard_identifier, cell_name, category, object_identifier, last_id)
+                       SELECT receive.origin, 'control', m.scope, m.ident, m.cell, m.category,
+                              m.object, m.last_id FROM m
+                       ON CONFLICT (origin, silo, shard_scope, shard_identifier, cell_name,
+                                    category, object_identifier)
+                       DO UPDATE SET last_id = excluded.last_id, received_at = excluded.received_at
+                       WHERE i.last_id < excluded.last_id
+                       RETURNING i.shard_scope, i.shard_identifier, i.cell_name, i.category,
+                                 i.object_identifier)
+        INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category,
+                                           object_identifier, payload, cell_name)
+        SELECT m.scope, m.ident, m.category, m.object, m.payload, m.cell
+          FROM m JOIN fresh f ON f.shard_scope = m.scope AND f.shard_identifier = m.ident
+           AND f.cell_name = m.cell AND f.category = m.category AND f.object_identifier = m.object
+         ORDER BY m.n;
+    END IF;
+    GET DIAGNOSTICS accepted = ROW_COUNT;
+    -- Tombstones of rows deleted on the other side: a deleted control row
+    -- is recorded in cell_tombstone, a deleted cell row in control_tombstone.
+    IF cardinality(tombstone_tables) > 0 THEN
+        IF silo = 'control' THEN
+            INSERT INTO outbox.cell_tombstone (table_name, object_identifier)
+            SELECT * FROM unnest(tombstone_tables, tombstone_objects) ON CONFLICT DO NOTHING;
+        ELSE
+            INSERT INTO outbox.control_tombstone (table_name, object_identifier)
+            SELECT * FROM unnest(tombstone_tables, tombstone_objects) ON CONFLICT DO NOTHING;
+        END IF;
+    END IF;
+    IF accepted > 0 THEN
+        BEGIN
+            PERFORM outbox.wake_worker();
+        EXCEPTION WHEN object_not_in_prerequisite_state THEN
+            NULL; -- no worker here: the messages wait for outbox.drain()
+        END;
+    END IF;
+    RETURN accepted;
+END
+$$;

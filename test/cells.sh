@@ -1,0 +1,136 @@
+# Three throwaway clusters on this machine, linked as Sentry deploys its
+# silos: a control database and two cells, "us" and "eu", each its own
+# PostgreSQL with pg_outbox preloaded (outbox.silo_mode control or cell).
+# Source it, then: cells_start; cells_setup; on NAME psql-args...;
+# cells_stop (also run from the EXIT trap).  Used by test/demo-cells.sh,
+# test/integration/cells.sh and bench/cells/run.sh.
+#
+# The links (README, "Separate clusters"): control reaches each cell through
+# a postgres_fdw foreign server and a user mapping for the worker's role;
+# each cell reaches control the same way.  Every database has the same
+# registry (scopes, categories, cells); control has the control table
+# auth_user, the cells the cell tables organization and member (member.
+# user_id refers to auth_user across silos, CASCADE).  The handlers record
+# what they apply in the table applied.
+
+source "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
+
+declare -A CELL_DIR CELL_PORT
+CELL_NAMES=(control us eu)
+
+cells_start() { # [extra postgresql.conf lines]
+    local name
+    for name in "${CELL_NAMES[@]}"; do
+        local dir port mode=cell
+        [[ $name == control ]] && mode=control
+        dir=$(mktemp -d /tmp/pg_outbox_$name.XXXXXX)
+        [[ $(id -u) == 0 ]] && chown postgres: "$dir"
+        port=$(_free_port)
+        CELL_DIR[$name]=$dir
+        CELL_PORT[$name]=$port
+        _as_db_user "$PG_BIN/initdb" -D "$dir/data" -U postgres --no-sync -A trust -E UTF8 \
+            --locale=C.UTF-8 >"$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log"; return 1; }
+        cat >>"$dir/data/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $port
+unix_socket_directories = '$dir'
+shared_preload_libraries = 'pg_outbox'
+fsync = off
+max_connections = 40
+log_min_messages = warning
+outbox.silo_mode = $mode
+outbox.database_name = postgres
+outbox.naptime = 100
+outbox.cursor_store = table
+$(printf '%s\n' "$@")
+CONF
+        cell_start "$name" || return 1
+    done
+}
+
+cell_start() { # NAME
+    _as_db_user env ${OUTBOX_SERVER_ENV:-} "$PG_BIN/pg_ctl" -D "${CELL_DIR[$1]}/data" \
+        -l "${CELL_DIR[$1]}/server.log" -w start >/dev/null || { tail -20 "${CELL_DIR[$1]}/server.log"; return 1; }
+}
+
+cell_stop() { # NAME [MODE]: immediate by default, as a crash
+    _as_db_user "$PG_BIN/pg_ctl" -D "${CELL_DIR[$1]}/data" -m "${2:-immediate}" stop >/dev/null 2>&1
+}
+
+cells_stop() {
+    local name
+    for name in "${CELL_NAMES[@]}"; do
+        [[ -n ${CELL_DIR[$name]:-} && -d ${CELL_DIR[$name]} ]] || continue
+        cell_stop "$name"
+        if [[ -n ${OUTBOX_SANITIZER_LOG:-} ]]; then
+            grep -h -A 30 -E 'runtime error:|ERROR: AddressSanitizer' "${CELL_DIR[$name]}/server.log" \
+                >>"$OUTBOX_SANITIZER_LOG" 2>/dev/null || true
+        fi
+        [[ -n ${KEEP_CLUSTER:-} ]] || rm -rf "${CELL_DIR[$name]}"
+    done
+}
+
+on() { # NAME psql-args...: psql on that database, quiet, tuples only
+    local name=$1
+    shift
+    psql -X -q -tA -v ON_ERROR_STOP=1 -h "${CELL_DIR[$name]}" -p "${CELL_PORT[$name]}" \
+        -U postgres -d postgres "$@"
+}
+
+cells_setup() {
+    local name
+    for name in "${CELL_NAMES[@]}"; do
+        on "$name" >/dev/null <<'SQL' || return 1
+CREATE EXTENSION pg_outbox;
+CREATE EXTENSION postgres_fdw;
+SELECT outbox.register_scope('Organization', 0);
+SELECT outbox.register_scope('User', 1);
+SELECT outbox.register_category('ORGANIZATION_UPDATE', 'Organization', 0);
+SELECT outbox.register_category('USER_UPDATE', 'User', 1);
+SELECT outbox.register_cell('us');
+SELECT outbox.register_cell('eu');
+CREATE TABLE applied (n bigserial, category int, object bigint, payload jsonb, cell text,
+                      at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION apply(m outbox.message) RETURNS void LANGUAGE sql AS $$
+    INSERT INTO applied (category, object, payload, cell)
+    VALUES (m.category, m.object_identifier, m.payload, m.cell_name) $$;
+SQL
+    done
+    on control >/dev/null <<SQL || return 1
+CREATE TABLE auth_user (id bigint PRIMARY KEY, name text NOT NULL);
+SELECT outbox.register_table('auth_user', 'USER_UPDATE', 'control', shard_column => 'id',
+                             payload_columns => '{name}');
+SELECT outbox.register_handler('ORGANIZATION_UPDATE', 'apply(outbox.message)');
+CREATE SERVER cell_us FOREIGN DATA WRAPPER postgres_fdw
+    OPTIONS (host '127.0.0.1', port '${CELL_PORT[us]}', dbname 'postgres');
+CREATE SERVER cell_eu FOREIGN DATA WRAPPER postgres_fdw
+    OPTIONS (host '127.0.0.1', port '${CELL_PORT[eu]}', dbname 'postgres');
+CREATE USER MAPPING FOR postgres SERVER cell_us OPTIONS (user 'outbox_link');
+CREATE USER MAPPING FOR postgres SERVER cell_eu OPTIONS (user 'outbox_link');
+SELECT outbox.set_cell_server('us', 'cell_us');
+SELECT outbox.set_cell_server('eu', 'cell_eu');
+CREATE ROLE outbox_link LOGIN;
+GRANT USAGE ON SCHEMA outbox TO outbox_link;
+GRANT EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
+    jsonb[], bigint[], text[], bigint[]) TO outbox_link;
+SQL
+    for name in us eu; do
+        on "$name" >/dev/null <<SQL || return 1
+CREATE TABLE organization (id bigint PRIMARY KEY, name text NOT NULL);
+SELECT outbox.register_table('organization', 'ORGANIZATION_UPDATE', 'cell', shard_column => 'id',
+                             payload_columns => '{name}');
+CREATE TABLE member (id bigint PRIMARY KEY, user_id bigint NOT NULL, organization_id bigint NOT NULL);
+CREATE INDEX ON member (user_id);
+SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
+SELECT outbox.register_handler('USER_UPDATE', 'apply(outbox.message)');
+CREATE SERVER control_db FOREIGN DATA WRAPPER postgres_fdw
+    OPTIONS (host '127.0.0.1', port '${CELL_PORT[control]}', dbname 'postgres');
+CREATE USER MAPPING FOR postgres SERVER control_db OPTIONS (user 'outbox_link');
+SELECT outbox.link_control('control_db', '$name');
+CREATE ROLE outbox_link LOGIN;
+GRANT USAGE ON SCHEMA outbox TO outbox_link;
+GRANT EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
+    jsonb[], bigint[], text[], bigint[]) TO outbox_link;
+SQL
+    done
+}

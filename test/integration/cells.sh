@@ -1,0 +1,129 @@
+#!/usr/bin/env bash
+# Separate clusters (SPEC section 11): one control and two cells, each its
+# own PostgreSQL (test/cells.sh), linked through postgres_fdw servers.
+#   1. control's changes reach both cells, a cell's reach control;
+#   2. a deleted user cascades into both cells through tombstones;
+#   3. a cell that is down holds back its own messages only, visibly, and
+#      gets them when it is back;
+#   4. a batch taken by the cell whose sender died before completing it:
+#      sent again after its lease, taken once (outbox.inbox);
+#   5. the sending worker SIGKILLed in the middle of a stream, then the
+#      receiving cluster shut down (immediate) in the middle of one: every
+#      change applied, none twice.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/cells.sh"
+trap cells_stop EXIT
+source "$root/test/check.sh"
+cells_start || exit 1
+cells_setup || { echo "setup failed"; exit 1; }
+q() { on control "$@"; } # wait_for polls control
+wait_on() { # NAME SECONDS SQL EXPECTED
+    local name=$1 deadline=$((SECONDS + $2)) got
+    while ((SECONDS < deadline)); do
+        got=$(on "$name" -c "$3" 2>&1)
+        [[ $got == "$4" ]] && return 0
+        sleep 0.2
+    done
+    echo "  $name: waited $2 s for '$4', last saw '$got'" >&2
+    return 1
+}
+# Each user applied exactly once in a cell: count and distinct count.
+applied_users() { on "$1" -c "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN $2 AND $3"; }
+
+# 1. Both directions.
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(1, 200) g"
+on us -c "INSERT INTO organization SELECT g, 'us org ' || g FROM generate_series(1, 100) g"
+on eu -c "INSERT INTO organization SELECT g, 'eu org ' || g FROM generate_series(1001, 1100) g"
+check "control's 200 users reach cell us" wait_on us 30 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1" 200
+check "and cell eu" wait_on eu 30 "SELECT count(DISTINCT object) FROM applied WHERE category = 1" 200
+check "the cells' 200 organizations reach control" wait_on control 30 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 0" 200
+check "with their payloads, as the cell wrote them" \
+    [ "$(on control -c "SELECT payload->>'name' FROM applied WHERE category = 0 AND object = 1001")" = "eu org 1001" ]
+check "control's outbox is empty; link_status counts what went out" \
+    [ "$(on control -c "SELECT (SELECT count(*) FROM outbox.control_outbox) || ' ' || string_agg(destination || '=' || messages_sent, ',' ORDER BY destination) FROM outbox.link_status")" = "0 eu=200,us=200" ]
+check "each cell's inbox keeps what it took, by origin" \
+    [ "$(on us -c "SELECT origin || ' ' || count(*) FROM outbox.inbox GROUP BY origin")" = "control 200" ]
+
+# 2. Members of user 7 in both cells; deleting the user in control
+# cascades into both through a tombstone.
+on us -c "INSERT INTO member SELECT g, 1 + g % 10, 1 FROM generate_series(1, 100) g"
+on eu -c "INSERT INTO member SELECT g, 1 + g % 10, 1001 FROM generate_series(1, 100) g"
+on control -c "DELETE FROM auth_user WHERE id = 7"
+check "the deletion leaves a tombstone in cell us" wait_on us 30 \
+    "SELECT count(*) FROM outbox.cell_tombstone WHERE table_name = 'auth_user' AND object_identifier = 7" 1
+check "the cascade deletes user 7's members in us" wait_on us 60 \
+    "SELECT count(*) FROM member WHERE user_id = 7" 0
+check "and in eu" wait_on eu 60 "SELECT count(*) FROM member WHERE user_id = 7" 0
+check "other users' members stay" \
+    [ "$(on us -c "SELECT count(*) FROM member")" = 90 ]
+
+# 3. Cell eu down: us goes on, eu's messages wait in control's outbox,
+# visibly, and arrive when eu is back.
+cell_stop eu
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(1001, 1100) g"
+check "us gets the new users while eu is down" wait_on us 30 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object > 1000" 100
+check "eu's 100 wait in control's outbox (shard_depth)" wait_on control 30 \
+    "SELECT sum(depth) FROM outbox.shard_depth WHERE cell_name = 'eu'" 100
+check "link_status shows eu failing" wait_on control 30 \
+    "SELECT failures > 0 AND last_error IS NOT NULL FROM outbox.link_status WHERE destination = 'eu'" t
+check "metrics() counts them" \
+    bash -c "psql -X -tA -h '${CELL_DIR[control]}' -p '${CELL_PORT[control]}' -U postgres -c 'SELECT outbox.metrics()' | grep -q 'pg_outbox_depth{silo=\"control\"} 100'"
+cell_start eu
+check "eu gets them once it is back" wait_on eu 90 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object > 1000" 100
+check "and the link recovers" wait_on control 30 \
+    "SELECT failures FROM outbox.link_status WHERE destination = 'eu'" 0
+
+# 4. A batch the cell took whose sender crashed before completing it,
+# made by hand (the worker held off): sent again once the lease has
+# passed, the inbox takes none of it twice.
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(5001, 5010) g"
+batch=$(on control -c "SELECT format('SELECT outbox.receive(%L, %L, %L, %L, %L, %L, %L, %L, %L)',
+            'control', 'control', array_agg(shard_scope), array_agg(shard_identifier),
+            array_agg(cell_name), array_agg(category), array_agg(object_identifier),
+            array_agg(payload), array_agg(last_id))
+          FROM outbox.claim(100, '2 seconds', NULL, 'control', 'us')")
+check "the cell takes the batch" [ "$(on us -c "$batch")" = 10 ]
+check "and not a second time" [ "$(on us -c "$batch")" = 0 ]
+dups=$(on control -c "SELECT duplicates FROM outbox.link_status WHERE destination = 'us'")
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+check "after the lease the link sends it again; the inbox skips all 10" wait_on control 30 \
+    "SELECT duplicates - $dups FROM outbox.link_status WHERE destination = 'us'" 10
+check "each applied once in us" wait_on us 30 \
+    "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE object BETWEEN 5001 AND 5010" "10 10"
+check "eu gets them from the link" wait_on eu 30 \
+    "SELECT count(DISTINCT object) FROM applied WHERE object BETWEEN 5001 AND 5010" 10
+
+# 5. The sending worker SIGKILLed while a stream of 3,000 users goes out
+# (the postmaster restarts every backend): every user arrives, once.
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(10001, 13000) g"
+sleep 0.3
+worker=$(on control -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'")
+kill -KILL "$worker"
+check "after the sender's crash, us has every user" wait_on us 120 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN 10001 AND 13000" 3000
+check "eu too" wait_on eu 120 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN 10001 AND 13000" 3000
+check "none applied twice in us" [ "$(applied_users us 10001 13000)" = "3000 3000" ]
+check "none applied twice in eu" [ "$(applied_users eu 10001 13000)" = "3000 3000" ]
+
+# The receiving cluster shut down (immediate) while a stream arrives.
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(20001, 23000) g"
+wait_on us 60 "SELECT count(*) > 0 FROM applied WHERE object > 20000" t
+cell_stop us
+sleep 1
+cell_start us
+check "after the receiver's crash, us has every user" wait_on us 120 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN 20001 AND 23000" 3000
+check "none applied twice" [ "$(applied_users us 20001 23000)" = "3000 3000" ]
+check "control's outbox drains" wait_on control 60 "SELECT count(*) FROM outbox.control_outbox" 0
+check "no worker error on the cells but the link failures" \
+    [ "$(grep -h 'ERROR' "${CELL_DIR[us]}/server.log" "${CELL_DIR[eu]}/server.log" | grep -vc 'terminating\|canceling\|connection' )" = 0 ]
+
+checks_done cells
