@@ -223,7 +223,7 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
     // The segments that have messages, in arrays for unnest, numbered from
     // 1 in order; each row and each message names its segment's number, and
     // the statement groups them (slicing the flat arrays per shard would
-    // cost the whole array per shard: 300 ms for 5,000 messages).
+    // copy the whole array once per shard).
     auto *silos = (Datum *)palloc(sizeof(Datum) * nleased);
     auto *scopes = (int32 *)palloc(sizeof(int32) * nleased);
     auto *identifiers = (int64 *)palloc(sizeof(int64) * nleased);

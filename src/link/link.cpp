@@ -2,11 +2,15 @@
 #include "link/link.hpp"
 
 #include "cascade/tombstones.hpp"
+#include "drain/drain.hpp"
+#include "drain/drain_pass.hpp"
+#include "stats/stats.hpp"
 #include "pg/spi.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
 
 extern "C" {
+#include "access/tableam.h"
 #include "commands/defrem.h"
 #include "foreign/foreign.h"
 #include "libpq-fe.h"
@@ -22,10 +26,8 @@ namespace pgoutbox {
 
 namespace {
 
-// Messages a batch holds, and how long the lease on them lasts: far longer
-// than a batch takes to send, so that a completion is never refused.
+// Outbox rows a batch reads, at most.
 constexpr int batch_messages = 5000;
-constexpr const char *lease = "1 minute";
 // Connecting and each call to the other side, at most.
 constexpr long call_timeout_ms = 30000;
 
@@ -171,11 +173,6 @@ char *array_text(Datum array) {
     return OidOutputFunctionCall(F_ARRAY_OUT, array);
 }
 
-const char *spi_text(int column) {
-    char *value = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, column);
-    return value ? value : "{}";
-}
-
 } // namespace
 
 int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cell,
@@ -218,65 +215,93 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         connection_options(target);
     }
     MemoryContextSwitchTo(caller);
+    // Every category, for the passes (a link carries them all) and their
+    // names (the other side knows categories by name).
+    static SPIPlanPtr categories_plan = nullptr;
+    uint64 ncategories = pg::spi_run_kept(&categories_plan, "reading categories",
+                                          "SELECT id, name FROM outbox.categories ORDER BY id", 0,
+                                          nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    MemoryContextSwitchTo(context);
+    auto *ids = (int32 *)palloc(sizeof(int32) * Max(ncategories, 1));
+    auto **names = (const char **)palloc(sizeof(char *) * Max(ncategories, 1));
+    for (uint64 r = 0; r < ncategories; r++) {
+        bool isnull;
+        ids[r] =
+            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+        names[r] = pstrdup(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2));
+    }
+    for (int t = 0; t < k; t++) {
+        result[t].ncategories = (int)ncategories;
+        result[t].categories = ids;
+        result[t].category_names = names;
+    }
+    MemoryContextSwitchTo(caller);
     *targets = result;
     return k;
 }
 
-bool link_claim(const LinkTarget *target, LinkBatch *batch, MemoryContext context) {
-    static SPIPlanPtr plan = nullptr;
-    Oid types[4] = {INT4OID, INTERVALOID, TEXTOID, TEXTOID};
-    Datum args[4] = {Int32GetDatum(batch_messages),
-                     DirectFunctionCall3(interval_in, CStringGetDatum(lease),
-                                         ObjectIdGetDatum(InvalidOid), Int32GetDatum(-1)),
-                     CStringGetTextDatum(target->control_silo ? "control" : "cell"),
-                     target->control_silo ? CStringGetTextDatum(target->destination) : (Datum)0};
-    char nulls[4] = {' ', ' ', ' ', target->control_silo ? ' ' : 'n'};
-    MemoryContext caller = CurrentMemoryContext;
-    (void)pg::spi_run_kept(
-        &plan, "claiming for a link",
-        "WITH c AS (SELECT c.*, k.id AS category_id"
-        "             FROM outbox.claim($1, $2, NULL, $3, $4) WITH ORDINALITY AS c"
-        "             JOIN outbox.categories k ON k.name = c.category)"
-        " SELECT count(*)::int, array_agg(DISTINCT c.claim)::text,"
-        " array_agg(c.shard_scope ORDER BY c.ordinality)::text,"
-        " array_agg(c.shard_identifier ORDER BY c.ordinality)::text,"
-        " array_agg(coalesce(c.cell_name, '') ORDER BY c.ordinality)::text,"
-        " array_agg(c.category ORDER BY c.ordinality)::text,"
-        " array_agg(c.object_identifier ORDER BY c.ordinality)::text,"
-        " array_agg(c.payload ORDER BY c.ordinality)::text,"
-        " array_agg(c.last_id ORDER BY c.ordinality)::text,"
-        " array_agg(c.category_id ORDER BY c.ordinality),"
-        " array_agg(c.object_identifier ORDER BY c.ordinality) FROM c",
-        4, types, args, nulls, false, SPI_OK_SELECT);
-    MemoryContextSwitchTo(caller);
-    bool isnull;
-    int n = DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    if (n == 0)
-        return false;
-    SPITupleTable *claimed = SPI_tuptable;
-    MemoryContext old = MemoryContextSwitchTo(context);
-    batch->n = n;
-    batch->claims = pstrdup(spi_text(2));
-    batch->scopes = pstrdup(spi_text(3));
-    batch->identifiers = pstrdup(spi_text(4));
-    batch->cells = pstrdup(spi_text(5));
-    batch->categories = pstrdup(spi_text(6));
-    batch->objects = pstrdup(spi_text(7));
-    batch->payloads = pstrdup(spi_text(8));
-    batch->last_ids = pstrdup(spi_text(9));
-    MemoryContextSwitchTo(old);
+DrainPass *link_pass_begin(const LinkTarget *target) {
+    return drain_pass_begin(!target->control_silo, target->control_silo, target->categories,
+                            target->ncategories,
+                            target->control_silo ? target->destination : nullptr);
+}
 
-    // The tombstones that go with them: messages of a category with one
-    // registered table here whose row is gone (the other side has no such
-    // table to look in).
-    Datum *categories, *objects;
-    int ncategories, nobjects;
-    deconstruct_array(
-        DatumGetArrayTypeP(SPI_getbinval(claimed->vals[0], claimed->tupdesc, 10, &isnull)), INT4OID,
-        4, true, TYPALIGN_INT, &categories, nullptr, &ncategories);
-    deconstruct_array(
-        DatumGetArrayTypeP(SPI_getbinval(claimed->vals[0], claimed->tupdesc, 11, &isnull)), INT8OID,
-        8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &objects, nullptr, &nobjects);
+namespace {
+
+const char *category_name(const LinkTarget *target, int32 id) {
+    for (int c = 0; c < target->ncategories; c++)
+        if (target->categories[c] == id)
+            return target->category_names[c];
+    return "";
+}
+
+// The batch's messages as the text of outbox.receive()'s arrays, and the
+// tombstones that go with them: messages of a category with one registered
+// table here whose row is gone (the other side has no such table to look
+// in).
+void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
+                       const char **params) {
+    int n = leased->nmessages;
+    auto *scopes = (Datum *)palloc(sizeof(Datum) * n);
+    auto *identifiers = (Datum *)palloc(sizeof(Datum) * n);
+    auto *cells = (Datum *)palloc(sizeof(Datum) * n);
+    auto *categories = (Datum *)palloc(sizeof(Datum) * n);
+    auto *objects = (Datum *)palloc(sizeof(Datum) * n);
+    auto *payloads = (Datum *)palloc(sizeof(Datum) * n);
+    auto *payload_nulls = (bool *)palloc(sizeof(bool) * n);
+    auto *last_ids = (Datum *)palloc(sizeof(Datum) * n);
+    auto *category_ids = (int32 *)palloc(sizeof(int32) * n);
+    auto *object_ids = (int64 *)palloc(sizeof(int64) * n);
+    for (int m = 0; m < n; m++) {
+        const LeasedMessage *message = &leased->messages[m];
+        const ShardKey *shard = &batch->segments[message->segment].shard;
+        scopes[m] = Int32GetDatum(shard->shard_scope);
+        identifiers[m] = Int64GetDatum(shard->shard_identifier);
+        cells[m] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
+        categories[m] = CStringGetTextDatum(category_name(target, message->category));
+        objects[m] = Int64GetDatum(message->object_identifier);
+        payloads[m] = message->payload;
+        payload_nulls[m] = message->payload == (Datum)0;
+        last_ids[m] = Int64GetDatum(message->last_id);
+        category_ids[m] = message->category;
+        object_ids[m] = message->object_identifier;
+    }
+    int dims[1] = {n}, lbs[1] = {1};
+    params[2] =
+        array_text(PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)));
+    params[3] = array_text(PointerGetDatum(
+        construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    params[4] =
+        array_text(PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT)));
+    params[5] = array_text(
+        PointerGetDatum(construct_array(categories, n, TEXTOID, -1, false, TYPALIGN_INT)));
+    params[6] = array_text(
+        PointerGetDatum(construct_array(objects, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    params[7] = array_text(PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs,
+                                                              JSONBOID, -1, false, TYPALIGN_INT)));
+    params[8] = array_text(PointerGetDatum(
+        construct_array(last_ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+
     const Registry *registry = registry_get();
     auto *ids = (int64 *)palloc(sizeof(int64) * n);
     auto *tables = (Datum *)palloc(sizeof(Datum) * n);
@@ -288,8 +313,8 @@ bool link_claim(const LinkTarget *target, LinkBatch *batch, MemoryContext contex
             continue;
         int k = 0;
         for (int m = 0; m < n; m++)
-            if (DatumGetInt32(categories[m]) == table->category)
-                ids[k++] = DatumGetInt64(objects[m]);
+            if (category_ids[m] == table->category)
+                ids[k++] = object_ids[m];
         Datum array = gone_ids(table, ids, k);
         if (array == (Datum)0)
             continue;
@@ -302,92 +327,127 @@ bool link_claim(const LinkTarget *target, LinkBatch *batch, MemoryContext contex
             gone[ngone++] = items[i];
         }
     }
-    Datum table_array =
-        PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT));
-    Datum object_array =
-        PointerGetDatum(construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
-    old = MemoryContextSwitchTo(context);
-    batch->tombstone_tables = array_text(table_array);
-    batch->tombstone_objects = array_text(object_array);
-    MemoryContextSwitchTo(old);
-    return true;
+    params[9] = array_text(
+        PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT)));
+    params[10] = array_text(PointerGetDatum(
+        construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 }
 
-bool link_send(const LinkTarget *target, const LinkBatch *batch, int *taken, char *error,
-               size_t error_size) {
+// Hands the arguments to the other side; the messages it took, or -1.
+int send(const LinkTarget *target, const char **params, char *error, size_t error_size) {
     Connection *c = connection_of(target->destination);
     if (c == nullptr) {
         strlcpy(error, "too many links", error_size);
-        return false;
+        return -1;
     }
     if (c->conn != nullptr && PQstatus(c->conn) != CONNECTION_OK)
         drop_connection(c);
     if (c->conn == nullptr)
         c->conn = connect(target, error, error_size);
     if (c->conn == nullptr)
-        return false;
-    const char *params[11] = {target->origin,
-                              target->control_silo ? "control" : "cell",
-                              batch->scopes,
-                              batch->identifiers,
-                              batch->cells,
-                              batch->categories,
-                              batch->objects,
-                              batch->payloads,
-                              batch->last_ids,
-                              batch->tombstone_tables,
-                              batch->tombstone_objects};
-    char *accepted = call(c->conn,
-                          "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
-                          " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
-                          " $11::bigint[])",
-                          11, params, error, error_size);
-    if (accepted == nullptr) {
+        return -1;
+    char *taken = call(c->conn,
+                       "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
+                       " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
+                       " $11::bigint[])",
+                       11, params, error, error_size);
+    if (taken == nullptr) {
         // Whatever state the connection is in, the next batch starts anew.
         drop_connection(c);
-        return false;
+        return -1;
     }
-    *taken = atoi(accepted);
-    return true;
+    return atoi(taken);
 }
 
-void link_settle(const LinkTarget *target, const LinkBatch *batch, bool sent, int taken,
-                 const char *error) {
-    static SPIPlanPtr done_plan = nullptr, failed_plan = nullptr;
-    Oid types[6] = {TEXTOID, TEXTOID, TEXTOID, INT4OID, TEXTOID, INT4OID};
-    Datum args[6] = {
-        CStringGetTextDatum(batch->claims),      CStringGetTextDatum(target->destination),
-        CStringGetTextDatum(target->server),     Int32GetDatum(batch->n),
-        CStringGetTextDatum(error ? error : ""), Int32GetDatum(taken)};
-    if (sent) {
+void record_status(const LinkTarget *target, int sent, int taken, const char *error) {
+    static SPIPlanPtr sent_plan = nullptr, failed_plan = nullptr;
+    Oid types[5] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID};
+    Datum args[5] = {CStringGetTextDatum(target->destination), CStringGetTextDatum(target->server),
+                     Int32GetDatum(sent), Int32GetDatum(taken),
+                     CStringGetTextDatum(error ? error : "")};
+    if (error == nullptr) {
         (void)pg::spi_run_kept(
-            &done_plan, "completing a link batch",
-            "WITH done AS (SELECT outbox.complete($1::bigint[]))"
-            " INSERT INTO outbox.link_status AS s (destination, server, messages_sent,"
-            " duplicates, last_sent_at) SELECT $2, $3, $6, $4 - $6, pg_catalog.now() FROM done"
+            &sent_plan, "recording a link's batch",
+            "INSERT INTO outbox.link_status AS s (destination, server, messages_sent, duplicates,"
+            " last_sent_at) VALUES ($1, $2, $4, $3 - $4, pg_catalog.now())"
             " ON CONFLICT (destination) DO UPDATE SET server = excluded.server,"
             " messages_sent = s.messages_sent + excluded.messages_sent,"
             " duplicates = s.duplicates + excluded.duplicates,"
             " last_sent_at = excluded.last_sent_at, failures = 0, next_attempt_at = NULL",
-            6, types, args, nullptr, false, SPI_OK_INSERT);
+            5, types, args, nullptr, false, SPI_OK_INSERT);
         return;
     }
-    // Given back: the shards are due again at once (a link's failure is not
-    // theirs); the link waits 1 s, 2 s, ... at most a minute.
+    // The link waits 1 s, 2 s, ... at most a minute.
     (void)pg::spi_run_kept(
-        &failed_plan, "giving a link batch back",
-        "WITH back AS (SELECT outbox.complete($1::bigint[],"
-        " pg_catalog.array_fill(0, ARRAY[pg_catalog.cardinality($1::bigint[])])))"
-        " INSERT INTO outbox.link_status AS s (destination, server, failures, last_error,"
+        &failed_plan, "recording a link's failure",
+        "INSERT INTO outbox.link_status AS s (destination, server, failures, last_error,"
         " last_error_at, next_attempt_at)"
-        " SELECT $2, $3, 1, $5, pg_catalog.now(), pg_catalog.now() + interval '1 second'"
-        " FROM back"
+        " VALUES ($1, $2, 1, $5, pg_catalog.now(), pg_catalog.now() + interval '1 second')"
         " ON CONFLICT (destination) DO UPDATE SET server = excluded.server,"
         " failures = s.failures + 1, last_error = excluded.last_error,"
         " last_error_at = excluded.last_error_at,"
         " next_attempt_at = pg_catalog.now() + LEAST(interval '1 second' * 2 ^ s.failures,"
         " interval '1 minute')",
         5, types, args, nullptr, false, SPI_OK_INSERT);
+}
+
+} // namespace
+
+int link_transfer(const LinkTarget *target, DrainPass *pass, char *error, size_t error_size) {
+    DrainBatch *batch;
+    LeasedBatch leased;
+    for (;;) {
+        batch = drain_pass_next(pass, batch_messages, drain_max_shards);
+        if (batch == nullptr)
+            return 0;
+        lease_batch(batch, &leased);
+        if (leased.nmessages > 0)
+            break;
+        drain_pass_batch_done(pass);
+    }
+    const char *params[11];
+    params[0] = target->origin;
+    params[1] = target->control_silo ? "control" : "cell";
+    receive_arguments(target, batch, &leased, params);
+    pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending a link batch");
+    int taken = send(target, params, error, error_size);
+    drain_pass_batch_done(pass);
+    if (taken < 0) {
+        record_status(target, 0, 0, error);
+        return -1;
+    }
+    // Taken there: delivered here, in this transaction (a crash before it
+    // commits sends the batch again, and the inbox takes nothing twice).
+    TimestampTz now = GetCurrentTimestamp();
+    auto *categories = (int32 *)palloc(sizeof(int32) * leased.nmessages);
+    auto *objects = (int64 *)palloc(sizeof(int64) * leased.nmessages);
+    auto *control = (bool *)palloc(sizeof(bool) * leased.nmessages);
+    int start = 0;
+    for (int m = 0; m < leased.nmessages; m++) {
+        const LeasedMessage *message = &leased.messages[m];
+        bool last_of_segment =
+            m + 1 == leased.nmessages || leased.messages[m + 1].segment != message->segment;
+        if (last_of_segment) {
+            // By the ctids the batch found them at, in this transaction
+            // and under the shard's claim, as a drain deletes.
+            Relation rel = table_open(shard_partition(&batch->segments[message->segment].shard),
+                                      RowExclusiveLock);
+            for (int r = start; r < message->row_end; r++)
+                simple_table_tuple_delete(rel, &leased.ctids[r], GetActiveSnapshot());
+            table_close(rel, NoLock);
+            start = message->row_end;
+        }
+        int nrows = message->row_end - (m == 0 ? 0 : leased.messages[m - 1].row_end);
+        stats_count_delivered(message->category, message->oldest_added, now);
+        stats_count_processed(message->category, nrows);
+        categories[m] = message->category;
+        objects[m] = message->object_identifier;
+        control[m] = target->control_silo;
+    }
+    CommandCounterIncrement();
+    tombstones_of_delivered(leased.nmessages, categories, objects, control);
+    record_status(target, leased.nmessages, taken, nullptr);
+    return leased.nmessages;
 }
 
 } // namespace pgoutbox

@@ -2,23 +2,26 @@
 //
 // A link hands the messages of one destination from this database's outbox
 // to the other database's, where that database's worker delivers them to
-// its handlers.  The worker runs it, in three steps per batch:
-//   1. claim (a transaction): outbox.claim() of the destination's due
-//      messages under a lease, as any consumer, with the tombstones of the
-//      rows they stand for that are gone here;
-//   2. send (no transaction): outbox.receive() on the other side through
-//      libpq, with the connection details of a foreign server and the user
-//      mapping of the worker's role (postgres_fdw's objects); it takes each
-//      message into its outbox once (outbox.inbox), in one transaction;
-//   3. settle (a transaction): outbox.complete() of the batch; or, when the
-//      send failed, the claims are given back and the link backs off (1 s,
-//      2 s, ... a minute), recorded in outbox.link_status.
-// A crash between 2 and 3 sends the batch again once the lease ends: the
-// inbox takes nothing twice.  A destination that is down holds back its own
-// messages only.  Plain C-style code: PostgreSQL errors unwind through it.
+// its handlers.  The worker runs it, one transaction per batch, as a drain
+// whose handler is the other database:
+//   1. a drain pass over the destination's due rows (every category) gives
+//      a batch: its shards claimed (the drain's advisory locks), its rows
+//      found as they are now, coalesced (drain/drain.hpp);
+//   2. outbox.receive() on the other side, through libpq, with the
+//      connection details of a foreign server and the user mapping of the
+//      worker's role (postgres_fdw's objects): it takes each message into
+//      its outbox once (outbox.inbox), in a transaction of its own, with the
+//      tombstones of the rows gone here;
+//   3. the batch's rows deleted here, and this transaction commits.  When 2
+//      fails, nothing is deleted and the link backs off (1 s, 2 s, ... a
+//      minute); outbox.link_status shows it.
+// A crash after 2 committed and before 3 did sends the batch again: the
+// inbox takes none of it twice.  A destination that is down holds back its
+// own messages only.  Plain C-style code: PostgreSQL errors unwind through
+// it.
 #pragma once
 
-#include "pg/postgres.hpp"
+#include "drain/drain_pass.hpp"
 
 namespace pgoutbox {
 
@@ -29,13 +32,9 @@ struct LinkTarget {
     bool control_silo;     // control rows of the cell destination; else cell rows
     const char **keywords; // libpq connection options, NULL-terminated
     const char **values;
-};
-
-struct LinkBatch {
-    int n; // messages
-    // Arrays in their text form, for outbox.receive() and outbox.complete().
-    const char *claims, *scopes, *identifiers, *cells, *categories, *objects, *payloads, *last_ids,
-        *tombstone_tables, *tombstone_objects;
+    int ncategories; // every category, and its name
+    int32 *categories;
+    const char **category_names;
 };
 
 // The links of this database whose destination is not backing off, and
@@ -45,19 +44,15 @@ struct LinkBatch {
 int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cell,
                  bool *receives_control);
 
-// Claims a batch for target; false when nothing of it is due.  Inside a
-// transaction, with SPI; the batch is allocated in context.
-bool link_claim(const LinkTarget *target, LinkBatch *batch, MemoryContext context);
+// A pass over the target's due rows (it outlives transactions: end it with
+// drain_pass_end).
+DrainPass *link_pass_begin(const LinkTarget *target);
 
-// Hands the batch to the other side, which says how many messages it took
-// (the rest it had taken before); false with the reason in error.  Out of
-// any transaction; waits on the worker's latch, so it can be interrupted.
-bool link_send(const LinkTarget *target, const LinkBatch *batch, int *taken, char *error,
-               size_t error_size);
-
-// Completes the batch, or gives it back and backs the link off.  Inside a
-// transaction, with SPI.
-void link_settle(const LinkTarget *target, const LinkBatch *batch, bool sent, int taken,
-                 const char *error);
+// The next batch of the pass, handed over and deleted here.  Inside a
+// transaction, with SPI, which must commit for the deletions to hold.
+// Returns the messages handed over, 0 when the pass is over, or -1 when the
+// other side could not be reached or refused (error says why): nothing is
+// deleted and the link backs off.
+int link_transfer(const LinkTarget *target, DrainPass *pass, char *error, size_t error_size);
 
 } // namespace pgoutbox

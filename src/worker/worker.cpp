@@ -415,34 +415,30 @@ int64 cascade(int64 budget) {
     return used;
 }
 
-// Hands each linked destination's due messages over (link/link.hpp), in
-// batches, until none is due or a send fails; returns the messages sent.
+// Hands each linked destination's due messages over (link/link.hpp), a
+// pass over its rows, one transaction per batch, until none is due or a
+// send fails; returns the messages handed over.
 int64 send_links(int ntargets, LinkTarget *targets) {
     int64 sent = 0;
     for (int t = 0; t < ntargets; t++) {
         const LinkTarget *target = &targets[t];
+        DrainPass *pass = link_pass_begin(target);
         for (;;) {
             CHECK_FOR_INTERRUPTS();
-            LinkBatch batch;
-            bool claimed = false;
-            if (!in_transaction(
-                    "pg_outbox: claiming for a link",
-                    [&] { claimed = link_claim(target, &batch, cycle_context); }, nullptr) ||
-                !claimed)
-                break;
+            int n = 0;
             char error[512] = "";
-            pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending a link batch");
-            int taken = 0;
-            bool ok = link_send(target, &batch, &taken, error, sizeof error);
-            in_transaction(
-                "pg_outbox: settling a link batch",
-                [&] { link_settle(target, &batch, ok, taken, error); }, nullptr);
-            if (!ok) {
+            if (!in_transaction(
+                    "pg_outbox: sending a link batch",
+                    [&] { n = link_transfer(target, pass, error, sizeof error); }, nullptr) ||
+                n == 0)
+                break;
+            if (n < 0) {
                 record_error("link", error);
                 break;
             }
-            sent += batch.n;
+            sent += n;
         }
+        drain_pass_end(pass);
     }
     return sent;
 }
