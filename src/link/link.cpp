@@ -19,6 +19,7 @@ extern "C" {
 #include "storage/latch.h"
 #include "utils/array.h"
 #include "utils/fmgroids.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -27,7 +28,7 @@ namespace pgoutbox {
 namespace {
 
 // Outbox rows a batch reads, at most.
-constexpr int batch_messages = 5000;
+constexpr int batch_rows = 5000;
 // Connecting and each call to the other side, at most.
 constexpr long call_timeout_ms = 30000;
 
@@ -103,15 +104,9 @@ PGconn *connect(const LinkTarget *target, char *error, size_t error_size) {
     return conn;
 }
 
-// Runs sql with text parameters; the first value of the result, or NULL
-// with the reason in error.
-char *call(PGconn *conn, const char *sql, int nparams, const char *const *params, char *error,
-           size_t error_size) {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), call_timeout_ms);
-    if (!PQsendQueryParams(conn, sql, nparams, nullptr, params, nullptr, nullptr, 0)) {
-        strlcpy(error, PQerrorMessage(conn), error_size);
-        return nullptr;
-    }
+// The first value of the result of the query sent on conn, or NULL with
+// the reason in error.
+char *result_of(PGconn *conn, TimestampTz deadline, char *error, size_t error_size) {
     while (PQisBusy(conn)) {
         if (!wait_socket(conn, WL_SOCKET_READABLE, deadline)) {
             strlcpy(error, "the call timed out", error_size);
@@ -138,8 +133,24 @@ char *call(PGconn *conn, const char *sql, int nparams, const char *const *params
 
 // The libpq options of a foreign server and of the worker's user mapping
 // for it (any wrapper's options that are not libpq's are left out).
-void connection_options(LinkTarget *target) {
-    ForeignServer *server = GetForeignServerByName(target->server, false);
+// NULL, or why the link cannot use the server: checked, not raised, so that
+// one link's bad server stops that link only.
+const char *connection_options(LinkTarget *target) {
+    ForeignServer *server = GetForeignServerByName(target->server, true);
+    if (server == nullptr)
+        return psprintf("server %s does not exist", target->server);
+    // Whoever can change the server's host receives the mapping's password
+    // when the worker connects (as with outbox.redis_host).
+    if (!superuser_arg(server->owner))
+        return psprintf("server %s of a link must be owned by a superuser: its owner could "
+                        "point it elsewhere and receive the worker's credentials",
+                        target->server);
+    if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(GetUserId()),
+                               ObjectIdGetDatum(server->serverid)) &&
+        !SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
+                               ObjectIdGetDatum(server->serverid)))
+        return psprintf("no user mapping for role %s on server %s",
+                        GetUserNameFromId(GetUserId(), false), target->server);
     UserMapping *mapping = GetUserMapping(GetUserId(), server->serverid);
     PQconninfoOption *defaults = PQconndefaults();
     int n = list_length(server->options) + list_length(mapping->options) + 2;
@@ -167,7 +178,10 @@ void connection_options(LinkTarget *target) {
     keywords[k] = nullptr;
     target->keywords = keywords;
     target->values = values;
+    return nullptr;
 }
+
+void record_status(const LinkTarget *target, int sent, int taken, const char *error);
 
 char *array_text(Datum array) {
     return OidOutputFunctionCall(F_ARRAY_OUT, array);
@@ -195,12 +209,13 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         " LEFT JOIN outbox.link_status s ON s.destination = t.destination ORDER BY 1",
         1, types, args, nullptr, true, SPI_OK_SELECT);
     MemoryContextSwitchTo(context);
+    SPITupleTable *links = SPI_tuptable; // record_status runs SQL of its own
     auto *result = (LinkTarget *)palloc0(sizeof(LinkTarget) * Max(n, 1));
     int k = 0;
     *receives_cell = *receives_control = false;
     for (uint64 r = 0; r < n; r++) {
-        HeapTuple tuple = SPI_tuptable->vals[r];
-        TupleDesc desc = SPI_tuptable->tupdesc;
+        HeapTuple tuple = links->vals[r];
+        TupleDesc desc = links->tupdesc;
         bool isnull;
         bool control_silo = DatumGetBool(SPI_getbinval(tuple, desc, 4, &isnull));
         // Rows of the other silo come in here once a link exists.
@@ -212,7 +227,12 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         target->server = pstrdup(SPI_getvalue(tuple, desc, 2));
         target->origin = pstrdup(SPI_getvalue(tuple, desc, 3));
         target->control_silo = control_silo;
-        connection_options(target);
+        const char *unusable = connection_options(target);
+        if (unusable != nullptr) {
+            record_status(target, 0, 0, unusable); // and it backs off
+            MemoryContextSwitchTo(context);
+            k--;
+        }
     }
     MemoryContextSwitchTo(caller);
     // Every category, for the passes (a link carries them all) and their
@@ -333,30 +353,34 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 }
 
-// Hands the arguments to the other side; the messages it took, or -1.
-int send(const LinkTarget *target, const char **params, char *error, size_t error_size) {
+// Sends the arguments to the other side, without waiting for its answer;
+// the connection, or NULL with the reason in error.
+Connection *send_start(const LinkTarget *target, const char **params, char *error,
+                       size_t error_size) {
     Connection *c = connection_of(target->destination);
     if (c == nullptr) {
         strlcpy(error, "too many links", error_size);
-        return -1;
+        return nullptr;
     }
-    if (c->conn != nullptr && PQstatus(c->conn) != CONNECTION_OK)
+    // A connection left busy (an ERROR between a send and its answer) or
+    // broken starts anew.
+    if (c->conn != nullptr &&
+        (PQstatus(c->conn) != CONNECTION_OK || PQtransactionStatus(c->conn) != PQTRANS_IDLE))
         drop_connection(c);
     if (c->conn == nullptr)
         c->conn = connect(target, error, error_size);
     if (c->conn == nullptr)
-        return -1;
-    char *taken = call(c->conn,
-                       "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
-                       " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
-                       " $11::bigint[])",
-                       11, params, error, error_size);
-    if (taken == nullptr) {
-        // Whatever state the connection is in, the next batch starts anew.
+        return nullptr;
+    if (!PQsendQueryParams(c->conn,
+                           "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
+                           " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
+                           " $11::bigint[])",
+                           11, nullptr, params, nullptr, nullptr, 0)) {
+        strlcpy(error, PQerrorMessage(c->conn), error_size);
         drop_connection(c);
-        return -1;
+        return nullptr;
     }
-    return atoi(taken);
+    return c;
 }
 
 void record_status(const LinkTarget *target, int sent, int taken, const char *error) {
@@ -393,31 +417,58 @@ void record_status(const LinkTarget *target, int sent, int taken, const char *er
 
 } // namespace
 
-int link_transfer(const LinkTarget *target, DrainPass *pass, char *error, size_t error_size) {
+struct LinkTransfer {
+    const LinkTarget *target;
     DrainBatch *batch;
     LeasedBatch leased;
+    Connection *connection; // NULL: the send failed already
+    TimestampTz deadline;
+    char error[512];
+};
+
+LinkTransfer *link_start(const LinkTarget *target, DrainPass *pass) {
+    auto *transfer = (LinkTransfer *)palloc0(sizeof(LinkTransfer));
+    transfer->target = target;
     for (;;) {
-        batch = drain_pass_next(pass, batch_messages, drain_max_shards);
-        if (batch == nullptr)
-            return 0;
-        lease_batch(batch, &leased);
-        if (leased.nmessages > 0)
-            break;
+        transfer->batch = drain_pass_next(pass, batch_rows, drain_max_shards);
+        if (transfer->batch == nullptr)
+            return nullptr;
+        lease_batch(transfer->batch, &transfer->leased);
+        // The pass goes on after this batch whatever becomes of it: its
+        // shards are skipped to the pass's end (lease_batch blocks them).
         drain_pass_batch_done(pass);
+        if (transfer->leased.nmessages > 0)
+            break;
     }
     const char *params[11];
     params[0] = target->origin;
     params[1] = target->control_silo ? "control" : "cell";
-    receive_arguments(target, batch, &leased, params);
-    pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending a link batch");
-    int taken = send(target, params, error, error_size);
-    drain_pass_batch_done(pass);
-    if (taken < 0) {
+    receive_arguments(target, transfer->batch, &transfer->leased, params);
+    pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
+    transfer->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), call_timeout_ms);
+    transfer->connection = send_start(target, params, transfer->error, sizeof transfer->error);
+    return transfer;
+}
+
+int link_finish(LinkTransfer *transfer, char *error, size_t error_size) {
+    const LinkTarget *target = transfer->target;
+    char *taken_text = nullptr;
+    if (transfer->connection != nullptr) {
+        taken_text = result_of(transfer->connection->conn, transfer->deadline, transfer->error,
+                               sizeof transfer->error);
+        if (taken_text == nullptr) // whatever state it is in, the next batch starts anew
+            drop_connection(transfer->connection);
+    }
+    if (taken_text == nullptr) {
+        strlcpy(error, transfer->error, error_size);
         record_status(target, 0, 0, error);
         return -1;
     }
+    int taken = atoi(taken_text);
     // Taken there: delivered here, in this transaction (a crash before it
     // commits sends the batch again, and the inbox takes nothing twice).
+    const DrainBatch *batch = transfer->batch;
+    const LeasedBatch &leased = transfer->leased;
     TimestampTz now = GetCurrentTimestamp();
     auto *categories = (int32 *)palloc(sizeof(int32) * leased.nmessages);
     auto *objects = (int64 *)palloc(sizeof(int64) * leased.nmessages);

@@ -48,11 +48,16 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
 // drain_pass_end).
 DrainPass *link_pass_begin(const LinkTarget *target);
 
-// The next batch of the pass, handed over and deleted here.  Inside a
-// transaction, with SPI, which must commit for the deletions to hold.
-// Returns the messages handed over, 0 when the pass is over, or -1 when the
-// other side could not be reached or refused (error says why): nothing is
-// deleted and the link backs off.
-int link_transfer(const LinkTarget *target, DrainPass *pass, char *error, size_t error_size);
+// Handing a batch over, in two steps so that several destinations work at
+// once: link_start takes the pass's next batch and sends it (NULL when the
+// pass is over); link_finish waits for the other side's answer and deletes
+// the batch here, in the same transaction, which must commit for the
+// deletions to hold.  link_finish returns the messages handed over, or -1
+// when the other side could not be reached or refused (error says why):
+// nothing is deleted and the link backs off.  Inside a transaction, with
+// SPI.
+struct LinkTransfer;
+LinkTransfer *link_start(const LinkTarget *target, DrainPass *pass);
+int link_finish(LinkTransfer *transfer, char *error, size_t error_size);
 
 } // namespace pgoutbox

@@ -416,30 +416,53 @@ int64 cascade(int64 budget) {
 }
 
 // Hands each linked destination's due messages over (link/link.hpp), a
-// pass over its rows, one transaction per batch, until none is due or a
-// send fails; returns the messages handed over.
+// pass over its rows each, one transaction per round: a batch for every
+// destination still going, sent to all of them before any answer is
+// awaited, so that the other databases work at once.  A destination drops
+// out when its pass is over or a send fails.  Returns the messages handed
+// over.
 int64 send_links(int ntargets, LinkTarget *targets) {
     int64 sent = 0;
-    for (int t = 0; t < ntargets; t++) {
-        const LinkTarget *target = &targets[t];
-        DrainPass *pass = link_pass_begin(target);
-        for (;;) {
-            CHECK_FOR_INTERRUPTS();
-            int n = 0;
-            char error[512] = "";
-            if (!in_transaction(
-                    "pg_outbox: sending a link batch",
-                    [&] { n = link_transfer(target, pass, error, sizeof error); }, nullptr) ||
-                n == 0)
-                break;
-            if (n < 0) {
-                record_error("link", error);
-                break;
-            }
-            sent += n;
-        }
-        drain_pass_end(pass);
+    auto **passes = (DrainPass **)palloc0(sizeof(DrainPass *) * Max(ntargets, 1));
+    auto **transfers = (LinkTransfer **)palloc0(sizeof(LinkTransfer *) * Max(ntargets, 1));
+    int going = ntargets;
+    for (int t = 0; t < ntargets; t++)
+        passes[t] = link_pass_begin(&targets[t]);
+    while (going > 0) {
+        CHECK_FOR_INTERRUPTS();
+        bool ok = in_transaction(
+            "pg_outbox: sending link batches",
+            [&] {
+                for (int t = 0; t < ntargets; t++)
+                    if (passes[t] != nullptr &&
+                        (transfers[t] = link_start(&targets[t], passes[t])) == nullptr) {
+                        drain_pass_end(passes[t]);
+                        passes[t] = nullptr;
+                        going--;
+                    }
+                for (int t = 0; t < ntargets; t++) {
+                    if (transfers[t] == nullptr)
+                        continue;
+                    char error[512] = "";
+                    int n = link_finish(transfers[t], error, sizeof error);
+                    transfers[t] = nullptr;
+                    if (n >= 0) {
+                        sent += n;
+                        continue;
+                    }
+                    record_error("link", error);
+                    drain_pass_end(passes[t]);
+                    passes[t] = nullptr;
+                    going--;
+                }
+            },
+            nullptr);
+        if (!ok)
+            break;
     }
+    for (int t = 0; t < ntargets; t++)
+        if (passes[t] != nullptr)
+            drain_pass_end(passes[t]);
     return sent;
 }
 

@@ -9,7 +9,8 @@
 #      sent again after its lease, taken once (outbox.inbox);
 #   5. the sending worker SIGKILLed in the middle of a stream, then the
 #      receiving cluster shut down (immediate) in the middle of one: every
-#      change applied, none twice.
+#      change applied, none twice;
+#   6. a link through a server that a non-superuser owns is refused.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cells.sh"
@@ -125,5 +126,23 @@ check "none applied twice" [ "$(applied_users us 20001 23000)" = "3000 3000" ]
 check "control's outbox drains" wait_on control 60 "SELECT count(*) FROM outbox.control_outbox" 0
 check "no worker error on the cells but the link failures" \
     [ "$(grep -h 'ERROR' "${CELL_DIR[us]}/server.log" "${CELL_DIR[eu]}/server.log" | grep -vc 'terminating\|canceling\|connection' )" = 0 ]
+
+# 6. A server that a non-superuser owns could be pointed at another host to
+# receive the worker's credentials: its link is refused, visibly, and the
+# other links go on.
+on control >/dev/null <<'SQL'
+CREATE ROLE server_owner;
+GRANT USAGE ON FOREIGN DATA WRAPPER postgres_fdw TO server_owner;
+SET ROLE server_owner;
+CREATE SERVER rogue FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1', dbname 'postgres');
+RESET ROLE;
+CREATE USER MAPPING FOR postgres SERVER rogue;
+SELECT outbox.register_cell('xx');
+SELECT outbox.set_cell_server('xx', 'rogue');
+INSERT INTO auth_user VALUES (40001, 'after the rogue server');
+SQL
+check "a link through a server a non-superuser owns is refused, visibly" wait_on control 30 \
+    "SELECT last_error LIKE '%must be owned by a superuser%' FROM outbox.link_status WHERE destination = 'xx'" t
+check "the other links go on" wait_on us 30 "SELECT count(*) FROM applied WHERE object = 40001" 1
 
 checks_done cells
