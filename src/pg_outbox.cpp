@@ -47,6 +47,7 @@ int handler_timeout_ms = 30000;
 char *database_name = nullptr;
 bool worker_enabled = true;
 bool notify_consumers = true;
+int inbox_retention_s = 7 * 24 * 3600;
 int naptime_ms = 1000;
 bool self_hosted = false;
 int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
@@ -177,6 +178,11 @@ void _PG_init(void) {
         "Whether the worker NOTIFYs pg_outbox after commits that wrote outbox rows.",
         "Consumers outside the database LISTEN on it.", &notify_consumers, true, PGC_SIGHUP, 0,
         nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.inbox_retention",
+                            "How long outbox.inbox remembers what another cluster handed over.",
+                            "A batch sent again later than this would be taken twice.  0: forever.",
+                            &inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
+                            nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.naptime", "Pause between the worker's cycles.", nullptr,
                             &naptime_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);

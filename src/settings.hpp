@@ -24,6 +24,7 @@ extern int handler_timeout_ms; // outbox.handler_timeout; 0: none
 extern char *database_name;    // outbox.database_name: where the worker runs
 extern bool worker_enabled;
 extern bool notify_consumers; // outbox.notify_consumers
+extern int inbox_retention_s; // outbox.inbox_retention
 extern int naptime_ms;
 extern bool self_hosted; // the worker backfills with force_synchronous
 

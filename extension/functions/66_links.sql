@@ -96,6 +96,16 @@ BEGIN
         RAISE EXCEPTION 'cell_names must not contain NULL for control messages'
             USING ERRCODE = 'null_value_not_allowed';
     END IF;
+    -- A cell takes control's messages for itself only.
+    IF silo = 'control' AND EXISTS (SELECT FROM outbox.control_link)
+       AND EXISTS (SELECT FROM unnest(cell_names) c(name)
+                    WHERE c.name <> (SELECT l.cell_name FROM outbox.control_link l)) THEN
+        RAISE EXCEPTION 'this database is cell %, not %',
+            quote_literal((SELECT l.cell_name FROM outbox.control_link l)),
+            (SELECT quote_literal(c.name) FROM unnest(cell_names) c(name)
+              WHERE c.name <> (SELECT l.cell_name FROM outbox.control_link l) LIMIT 1)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF EXISTS (SELECT FROM unnest(categories) c(name)
                 WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name)) THEN
         RAISE EXCEPTION 'category % is not registered here',

@@ -417,6 +417,20 @@ void record_status(const LinkTarget *target, int sent, int taken, const char *er
 
 } // namespace
 
+int64 link_prune_inbox() {
+    if (inbox_retention_s == 0)
+        return 0;
+    static SPIPlanPtr plan = nullptr;
+    Oid types[1] = {INT4OID};
+    Datum args[1] = {Int32GetDatum(inbox_retention_s)};
+    return (int64)pg::spi_run_kept(
+        &plan, "pruning the inbox",
+        "DELETE FROM outbox.inbox WHERE ctid = ANY (ARRAY(SELECT i.ctid FROM outbox.inbox i"
+        " WHERE i.received_at < pg_catalog.now() - pg_catalog.make_interval(secs => $1)"
+        " LIMIT 10000))",
+        1, types, args, nullptr, false, SPI_OK_DELETE);
+}
+
 struct LinkTransfer {
     const LinkTarget *target;
     DrainBatch *batch;

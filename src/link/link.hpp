@@ -56,6 +56,11 @@ DrainPass *link_pass_begin(const LinkTarget *target);
 // when the other side could not be reached or refused (error says why):
 // nothing is deleted and the link backs off.  Inside a transaction, with
 // SPI.
+// Forgets what other clusters handed over longer than
+// outbox.inbox_retention ago, at most 10,000 entries a call; returns how
+// many.  Inside a transaction, with SPI.
+int64 link_prune_inbox();
+
 struct LinkTransfer;
 LinkTransfer *link_start(const LinkTarget *target, DrainPass *pass);
 int link_finish(LinkTransfer *transfer, char *error, size_t error_size);

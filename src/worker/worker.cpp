@@ -81,6 +81,9 @@ int backfill_pause_ms = 0;
 
 MemoryContext cycle_context = nullptr;
 
+// When the worker last pruned outbox.inbox.
+TimestampTz inbox_pruned_at = 0;
+
 // For outbox.worker_status: "<what>: <message>", formatted on the stack
 // (errors outside a cycle would otherwise leak into a long-lived context).
 void record_error(const char *what, const char *message) {
@@ -493,6 +496,14 @@ bool cycle() {
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
     scheduled += drain_pass(cell, control, &delivered);
     delivered += send_links(ntargets, targets);
+    // What other clusters handed over, kept for outbox.inbox_retention;
+    // looked at once a minute (received rows: only when linked).
+    if ((receives_cell || receives_control) &&
+        TimestampDifferenceExceeds(inbox_pruned_at, start, 60000)) {
+        inbox_pruned_at = start;
+        in_transaction(
+            "pg_outbox: pruning the inbox", [] { (void)link_prune_inbox(); }, nullptr);
+    }
     compact(cell, control);
 
     // The budget is per minute: what the drain scheduled and what was

@@ -10,7 +10,8 @@
 #   5. the sending worker SIGKILLed in the middle of a stream, then the
 #      receiving cluster shut down (immediate) in the middle of one: every
 #      change applied, none twice;
-#   6. a link through a server that a non-superuser owns is refused.
+#   6. a link through a server that a non-superuser owns is refused;
+#   7. the inbox forgets what is older than outbox.inbox_retention.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cells.sh"
@@ -144,5 +145,15 @@ SQL
 check "a link through a server a non-superuser owns is refused, visibly" wait_on control 30 \
     "SELECT last_error LIKE '%must be owned by a superuser%' FROM outbox.link_status WHERE destination = 'xx'" t
 check "the other links go on" wait_on us 30 "SELECT count(*) FROM applied WHERE object = 40001" 1
+
+# 7. outbox.inbox_retention: the worker forgets what was handed over longer
+# ago than that (checked once a minute, and when it starts).
+before=$(on us -c "SELECT count(*) || ' ' || max(received_at) FROM outbox.inbox")
+on us -c "ALTER SYSTEM SET outbox.inbox_retention = '1s'" >/dev/null
+sleep 1.1
+cell_stop us fast
+cell_start us
+check "the inbox forgets the ${before%% *} entries older than outbox.inbox_retention" wait_on us 30 \
+    "SELECT count(*) FROM outbox.inbox WHERE received_at <= '${before#* }'" 0
 
 checks_done cells

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(50);
+SELECT plan(51);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -109,6 +109,7 @@ SELECT ok(has_function_privilege('public', 'outbox.claim(int, interval, text[], 
           AND has_function_privilege('public', 'outbox.fail(bigint, int, text)', 'EXECUTE'),
           'every role may call the consumer functions (CONSUME is checked in C)');
 SELECT is(current_setting('outbox.notify_consumers'), 'on', 'outbox.notify_consumers defaults to on');
+SELECT is(current_setting('outbox.inbox_retention'), '7d', 'outbox.inbox_retention defaults to 7 days');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

@@ -71,6 +71,9 @@ SELECT outbox.set_cell_server('us', 'links_test');
 SELECT name, server FROM outbox.cells;
 SELECT outbox.link_control('links_test', 'us');
 SELECT server, cell_name FROM outbox.control_link;
+-- Linked as cell us, it takes control's messages for us only.
+SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}', '{1}')$$);
+SELECT outbox.receive('control', 'control', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}', '{1}');
 SELECT outbox.unlink_control();
 SELECT outbox.set_cell_server('us', NULL);
 
