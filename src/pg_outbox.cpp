@@ -48,6 +48,8 @@ char *database_name = nullptr;
 bool worker_enabled = true;
 bool notify_consumers = true;
 int inbox_retention_s = 7 * 24 * 3600;
+int link_batch_size = 5000;
+int link_timeout_ms = 30000;
 int naptime_ms = 1000;
 bool self_hosted = false;
 int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
@@ -183,6 +185,16 @@ void _PG_init(void) {
                             "A batch sent again later than this would be taken twice.  0: forever.",
                             &inbox_retention_s, 7 * 24 * 3600, 0, INT_MAX, PGC_SIGHUP, GUC_UNIT_S,
                             nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.link_batch_size", "Outbox rows a link hands over in one call to the other cluster.",
+        "A round sends up to four such batches in one transaction.", &link_batch_size, 5000, 1,
+        100000, PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable("outbox.link_timeout",
+                            "How long a link waits to connect, or for an answer, from the other "
+                            "cluster.",
+                            "Past it the link gives the round up and backs off.", &link_timeout_ms,
+                            30000, 100, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr, nullptr,
+                            nullptr);
     DefineCustomIntVariable("outbox.naptime", "Pause between the worker's cycles.", nullptr,
                             &naptime_ms, 1000, 10, 3600000, PGC_SIGHUP, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);

@@ -25,6 +25,8 @@ extern char *database_name;    // outbox.database_name: where the worker runs
 extern bool worker_enabled;
 extern bool notify_consumers; // outbox.notify_consumers
 extern int inbox_retention_s; // outbox.inbox_retention
+extern int link_batch_size;   // outbox.link_batch_size
+extern int link_timeout_ms;   // outbox.link_timeout
 extern int naptime_ms;
 extern bool self_hosted; // the worker backfills with force_synchronous
 

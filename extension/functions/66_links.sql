@@ -175,11 +175,7 @@ BEGIN
         END IF;
     END IF;
     IF accepted > 0 THEN
-        BEGIN
-            PERFORM outbox.wake_worker();
-        EXCEPTION WHEN object_not_in_prerequisite_state THEN
-            NULL; -- no worker here: the messages wait for outbox.drain()
-        END;
+        PERFORM outbox._wake_worker_at_commit(); -- no worker: they wait for outbox.drain()
     END IF;
     RETURN accepted;
 END

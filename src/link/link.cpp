@@ -27,25 +27,31 @@ namespace pgoutbox {
 
 namespace {
 
-// Outbox rows a batch reads, at most.
-constexpr int batch_rows = 5000;
-// Connecting and each call to the other side, at most.
-constexpr long call_timeout_ms = 30000;
+// Batches a round hands over (one transaction on each side): the other
+// side takes one while this one claims and sends the next.
+constexpr int round_batches = 4;
 
 // One connection per destination, kept across cycles.
 struct Connection {
     char destination[NAMEDATALEN * 2];
     PGconn *conn;
 };
-Connection connections[64];
+Connection *connections = nullptr; // in TopMemoryContext
 int nconnections = 0;
+int connections_capacity = 0;
 
 Connection *connection_of(const char *destination) {
     for (int i = 0; i < nconnections; i++)
         if (strcmp(connections[i].destination, destination) == 0)
             return &connections[i];
-    if (nconnections == lengthof(connections))
-        return nullptr;
+    if (nconnections == connections_capacity) {
+        connections_capacity = Max(connections_capacity * 2, 8);
+        connections =
+            connections == nullptr
+                ? (Connection *)MemoryContextAlloc(TopMemoryContext,
+                                                   sizeof(Connection) * connections_capacity)
+                : (Connection *)repalloc(connections, sizeof(Connection) * connections_capacity);
+    }
     Connection *c = &connections[nconnections++];
     strlcpy(c->destination, destination, sizeof c->destination);
     c->conn = nullptr;
@@ -78,7 +84,7 @@ bool wait_socket(PGconn *conn, int events, TimestampTz deadline) {
 }
 
 PGconn *connect(const LinkTarget *target, char *error, size_t error_size) {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), call_timeout_ms);
+    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
     PGconn *conn = PQconnectStartParams(target->keywords, target->values, 0);
     if (conn == nullptr) {
         strlcpy(error, "out of memory connecting", error_size);
@@ -102,33 +108,6 @@ PGconn *connect(const LinkTarget *target, char *error, size_t error_size) {
         return nullptr;
     }
     return conn;
-}
-
-// The first value of the result of the query sent on conn, or NULL with
-// the reason in error.
-char *result_of(PGconn *conn, TimestampTz deadline, char *error, size_t error_size) {
-    while (PQisBusy(conn)) {
-        if (!wait_socket(conn, WL_SOCKET_READABLE, deadline)) {
-            strlcpy(error, "the call timed out", error_size);
-            return nullptr;
-        }
-        if (!PQconsumeInput(conn)) {
-            strlcpy(error, PQerrorMessage(conn), error_size);
-            return nullptr;
-        }
-    }
-    char *value = nullptr;
-    bool failed = false;
-    for (PGresult *result; (result = PQgetResult(conn)) != nullptr; PQclear(result)) {
-        if (PQresultStatus(result) != PGRES_TUPLES_OK) {
-            if (!failed)
-                strlcpy(error, PQresultErrorMessage(result), error_size);
-            failed = true;
-        } else if (!failed && PQntuples(result) > 0) {
-            value = pstrdup(PQgetvalue(result, 0, 0));
-        }
-    }
-    return failed ? nullptr : value;
 }
 
 // The libpq options of a foreign server and of the worker's user mapping
@@ -353,36 +332,6 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 }
 
-// Sends the arguments to the other side, without waiting for its answer;
-// the connection, or NULL with the reason in error.
-Connection *send_start(const LinkTarget *target, const char **params, char *error,
-                       size_t error_size) {
-    Connection *c = connection_of(target->destination);
-    if (c == nullptr) {
-        strlcpy(error, "too many links", error_size);
-        return nullptr;
-    }
-    // A connection left busy (an ERROR between a send and its answer) or
-    // broken starts anew.
-    if (c->conn != nullptr &&
-        (PQstatus(c->conn) != CONNECTION_OK || PQtransactionStatus(c->conn) != PQTRANS_IDLE))
-        drop_connection(c);
-    if (c->conn == nullptr)
-        c->conn = connect(target, error, error_size);
-    if (c->conn == nullptr)
-        return nullptr;
-    if (!PQsendQueryParams(c->conn,
-                           "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
-                           " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
-                           " $11::bigint[])",
-                           11, nullptr, params, nullptr, nullptr, 0)) {
-        strlcpy(error, PQerrorMessage(c->conn), error_size);
-        drop_connection(c);
-        return nullptr;
-    }
-    return c;
-}
-
 void record_status(const LinkTarget *target, int sent, int taken, const char *error) {
     static SPIPlanPtr sent_plan = nullptr, failed_plan = nullptr;
     Oid types[5] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID};
@@ -431,88 +380,240 @@ int64 link_prune_inbox() {
         1, types, args, nullptr, false, SPI_OK_DELETE);
 }
 
-struct LinkTransfer {
-    const LinkTarget *target;
-    DrainBatch *batch;
+namespace {
+
+// The result of the pipeline's next query or sync point, once it has come
+// (NULL: the call timed out or the connection broke; error says why).
+PGresult *next_result(PGconn *conn, char *error, size_t error_size) {
+    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
+    while (PQisBusy(conn)) {
+        if (!wait_socket(conn, WL_SOCKET_READABLE, deadline)) {
+            strlcpy(error, "the call timed out", error_size);
+            return nullptr;
+        }
+        if (!PQconsumeInput(conn)) {
+            strlcpy(error, PQerrorMessage(conn), error_size);
+            return nullptr;
+        }
+    }
+    PGresult *result = PQgetResult(conn);
+    if (result == nullptr)
+        strlcpy(error, "the other side sent no answer", error_size);
+    return result;
+}
+
+// The number outbox.receive() answered with for the pipeline's next query,
+// or -1 (error says why).
+int64 taken_by_receive(PGconn *conn, char *error, size_t error_size) {
+    PGresult *result = next_result(conn, error, error_size);
+    if (result == nullptr)
+        return -1;
+    int64 taken = -1;
+    if (PQresultStatus(result) == PGRES_TUPLES_OK && PQntuples(result) == 1)
+        taken = strtol(PQgetvalue(result, 0, 0), nullptr, 10);
+    else
+        strlcpy(error,
+                PQresultStatus(result) == PGRES_PIPELINE_ABORTED ? "the batch was not taken"
+                                                                 : PQresultErrorMessage(result),
+                error_size);
+    PQclear(result);
+    // A query's results end with a NULL.
+    if (taken >= 0 && (result = PQgetResult(conn)) != nullptr) {
+        PQclear(result);
+        strlcpy(error, "outbox.receive() answered more than once", error_size);
+        taken = -1;
+    }
+    return taken;
+}
+
+// Sends what libpq holds, waiting on the socket meanwhile (the connection
+// does not block, so that a slow receiver can be given up on).
+bool flush(PGconn *conn, char *error, size_t error_size) {
+    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
+    for (;;) {
+        int rc = PQflush(conn);
+        if (rc == 0)
+            return true;
+        if (rc < 0) {
+            strlcpy(error, PQerrorMessage(conn), error_size);
+            return false;
+        }
+        if (!wait_socket(conn, WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE, deadline)) {
+            strlcpy(error, "sending timed out", error_size);
+            return false;
+        }
+        if (!PQconsumeInput(conn)) {
+            strlcpy(error, PQerrorMessage(conn), error_size);
+            return false;
+        }
+    }
+}
+
+// A connection to the destination, ready for a round: idle, in pipeline
+// mode; NULL with the reason in error.
+Connection *round_connection(const LinkTarget *target, char *error, size_t error_size) {
+    Connection *c = connection_of(target->destination);
+    // A connection left busy (an ERROR here during a round) or broken
+    // starts anew: the other side rolls back what it had of that round.
+    if (c->conn != nullptr &&
+        (PQstatus(c->conn) != CONNECTION_OK || PQtransactionStatus(c->conn) != PQTRANS_IDLE ||
+         PQpipelineStatus(c->conn) != PQ_PIPELINE_ON))
+        drop_connection(c);
+    if (c->conn != nullptr)
+        return c;
+    c->conn = connect(target, error, error_size);
+    if (c->conn == nullptr)
+        return nullptr;
+    if (PQsetnonblocking(c->conn, 1) != 0 || !PQenterPipelineMode(c->conn)) {
+        strlcpy(error, PQerrorMessage(c->conn), error_size);
+        drop_connection(c);
+        return nullptr;
+    }
+    return c;
+}
+
+struct SentBatch {
     LeasedBatch leased;
-    Connection *connection; // NULL: the send failed already
-    TimestampTz deadline;
+    Oid *partitions; // of the batch's segments
+};
+
+} // namespace
+
+struct LinkRound {
+    const LinkTarget *target;
+    Connection *connection; // once the first batch is sent
+    int nbatches;
+    SentBatch batches[round_batches];
+    int shards; // claimed so far: at most drain_max_shards a round
+    bool over;  // the pass is
+    bool failed;
     char error[512];
 };
 
-LinkTransfer *link_start(const LinkTarget *target, DrainPass *pass) {
-    auto *transfer = (LinkTransfer *)palloc0(sizeof(LinkTransfer));
-    transfer->target = target;
+LinkRound *link_round_begin(const LinkTarget *target) {
+    auto *round = (LinkRound *)palloc0(sizeof(LinkRound));
+    round->target = target;
+    return round;
+}
+
+LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
+    if (round->over)
+        return LinkSend::PassOver;
+    if (round->failed || round->nbatches == round_batches || round->shards >= drain_max_shards)
+        return LinkSend::RoundFull;
+    const LinkTarget *target = round->target;
+    SentBatch *sent = &round->batches[round->nbatches];
+    DrainBatch *batch;
     for (;;) {
-        transfer->batch = drain_pass_next(pass, batch_rows, drain_max_shards);
-        if (transfer->batch == nullptr)
-            return nullptr;
-        lease_batch(transfer->batch, &transfer->leased);
+        batch = drain_pass_next(pass, link_batch_size, drain_max_shards - round->shards);
+        if (batch == nullptr) {
+            round->over = true;
+            return LinkSend::PassOver;
+        }
+        lease_batch(batch, &sent->leased);
         // The pass goes on after this batch whatever becomes of it: its
         // shards are skipped to the pass's end (lease_batch blocks them).
         drain_pass_batch_done(pass);
-        if (transfer->leased.nmessages > 0)
+        round->shards += batch->nsegments;
+        if (sent->leased.nmessages > 0)
             break;
+        if (round->shards >= drain_max_shards)
+            return LinkSend::RoundFull;
     }
+    round->nbatches++;
+    sent->partitions = (Oid *)palloc(sizeof(Oid) * Max(batch->nsegments, 1));
+    for (int s = 0; s < batch->nsegments; s++)
+        sent->partitions[s] = shard_partition(&batch->segments[s].shard);
     const char *params[11];
     params[0] = target->origin;
     params[1] = target->control_silo ? "control" : "cell";
-    receive_arguments(target, transfer->batch, &transfer->leased, params);
+    receive_arguments(target, batch, &sent->leased, params);
     pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
-    transfer->deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), call_timeout_ms);
-    transfer->connection = send_start(target, params, transfer->error, sizeof transfer->error);
-    return transfer;
+    if (round->connection == nullptr)
+        round->connection = round_connection(target, round->error, sizeof round->error);
+    PGconn *conn = round->connection ? round->connection->conn : nullptr;
+    if (conn == nullptr ||
+        !PQsendQueryParams(conn,
+                           "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
+                           " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
+                           " $11::bigint[])",
+                           11, nullptr, params, nullptr, nullptr, 0) ||
+        !flush(conn, round->error, sizeof round->error)) {
+        if (conn != nullptr && round->error[0] == '\0')
+            strlcpy(round->error, PQerrorMessage(conn), sizeof round->error);
+        round->failed = true;
+    }
+    return LinkSend::Sent;
 }
 
-int link_finish(LinkTransfer *transfer, char *error, size_t error_size) {
-    const LinkTarget *target = transfer->target;
-    char *taken_text = nullptr;
-    if (transfer->connection != nullptr) {
-        taken_text = result_of(transfer->connection->conn, transfer->deadline, transfer->error,
-                               sizeof transfer->error);
-        if (taken_text == nullptr) // whatever state it is in, the next batch starts anew
-            drop_connection(transfer->connection);
+int link_round_finish(LinkRound *round, char *error, size_t error_size) {
+    const LinkTarget *target = round->target;
+    if (round->nbatches == 0 && !round->failed)
+        return 0;
+    PGconn *conn = round->connection ? round->connection->conn : nullptr;
+    int64 taken = 0;
+    // The other side's transaction ends at the sync point: every batch of
+    // the round is taken there, or none.
+    if (!round->failed &&
+        (!PQpipelineSync(conn) || !flush(conn, round->error, sizeof round->error)))
+        round->failed = true;
+    for (int b = 0; b < round->nbatches && !round->failed; b++) {
+        int64 n = taken_by_receive(conn, round->error, sizeof round->error);
+        round->failed = n < 0;
+        taken += Max(n, 0);
     }
-    if (taken_text == nullptr) {
-        strlcpy(error, transfer->error, error_size);
+    if (!round->failed) {
+        PGresult *sync = next_result(conn, round->error, sizeof round->error);
+        round->failed = sync == nullptr || PQresultStatus(sync) != PGRES_PIPELINE_SYNC;
+        if (sync != nullptr && round->failed)
+            strlcpy(round->error, PQresultErrorMessage(sync), sizeof round->error);
+        PQclear(sync);
+    }
+    if (round->failed) {
+        // Whatever state it is in, the next round starts anew.
+        if (round->connection != nullptr)
+            drop_connection(round->connection);
+        strlcpy(error, round->error, error_size);
         record_status(target, 0, 0, error);
         return -1;
     }
-    int taken = atoi(taken_text);
     // Taken there: delivered here, in this transaction (a crash before it
-    // commits sends the batch again, and the inbox takes nothing twice).
-    const DrainBatch *batch = transfer->batch;
-    const LeasedBatch &leased = transfer->leased;
+    // commits sends the round again, and the inbox takes nothing twice).
     TimestampTz now = GetCurrentTimestamp();
-    auto *categories = (int32 *)palloc(sizeof(int32) * leased.nmessages);
-    auto *objects = (int64 *)palloc(sizeof(int64) * leased.nmessages);
-    auto *control = (bool *)palloc(sizeof(bool) * leased.nmessages);
-    int start = 0;
-    for (int m = 0; m < leased.nmessages; m++) {
-        const LeasedMessage *message = &leased.messages[m];
-        bool last_of_segment =
-            m + 1 == leased.nmessages || leased.messages[m + 1].segment != message->segment;
-        if (last_of_segment) {
-            // By the ctids the batch found them at, in this transaction
-            // and under the shard's claim, as a drain deletes.
-            Relation rel = table_open(shard_partition(&batch->segments[message->segment].shard),
-                                      RowExclusiveLock);
-            for (int r = start; r < message->row_end; r++)
-                simple_table_tuple_delete(rel, &leased.ctids[r], GetActiveSnapshot());
-            table_close(rel, NoLock);
-            start = message->row_end;
+    int nmessages = 0;
+    for (int b = 0; b < round->nbatches; b++) {
+        const LeasedBatch &leased = round->batches[b].leased;
+        const Oid *partitions = round->batches[b].partitions;
+        auto *categories = (int32 *)palloc(sizeof(int32) * leased.nmessages);
+        auto *objects = (int64 *)palloc(sizeof(int64) * leased.nmessages);
+        auto *control = (bool *)palloc(sizeof(bool) * leased.nmessages);
+        int start = 0;
+        for (int m = 0; m < leased.nmessages; m++) {
+            const LeasedMessage *message = &leased.messages[m];
+            bool last_of_segment =
+                m + 1 == leased.nmessages || leased.messages[m + 1].segment != message->segment;
+            if (last_of_segment) {
+                // By the ctids the batch found them at, in this transaction
+                // and under the shard's claim, as a drain deletes.
+                Relation rel = table_open(partitions[message->segment], RowExclusiveLock);
+                for (int r = start; r < message->row_end; r++)
+                    simple_table_tuple_delete(rel, &leased.ctids[r], GetActiveSnapshot());
+                table_close(rel, NoLock);
+                start = message->row_end;
+            }
+            int nrows = message->row_end - (m == 0 ? 0 : leased.messages[m - 1].row_end);
+            stats_count_delivered(message->category, message->oldest_added, now);
+            stats_count_processed(message->category, nrows);
+            categories[m] = message->category;
+            objects[m] = message->object_identifier;
+            control[m] = target->control_silo;
         }
-        int nrows = message->row_end - (m == 0 ? 0 : leased.messages[m - 1].row_end);
-        stats_count_delivered(message->category, message->oldest_added, now);
-        stats_count_processed(message->category, nrows);
-        categories[m] = message->category;
-        objects[m] = message->object_identifier;
-        control[m] = target->control_silo;
+        CommandCounterIncrement();
+        tombstones_of_delivered(leased.nmessages, categories, objects, control);
+        nmessages += leased.nmessages;
     }
-    CommandCounterIncrement();
-    tombstones_of_delivered(leased.nmessages, categories, objects, control);
-    record_status(target, leased.nmessages, taken, nullptr);
-    return leased.nmessages;
+    record_status(target, nmessages, (int)taken, nullptr);
+    return nmessages;
 }
 
 } // namespace pgoutbox

@@ -2,20 +2,20 @@
 //
 // A link hands the messages of one destination from this database's outbox
 // to the other database's, where that database's worker delivers them to
-// its handlers.  The worker runs it, one transaction per batch, as a drain
-// whose handler is the other database:
+// its handlers.  The worker runs it, in rounds of a few batches, one
+// transaction each, as a drain whose handler is the other database:
 //   1. a drain pass over the destination's due rows (every category) gives
 //      a batch: its shards claimed (the drain's advisory locks), its rows
 //      found as they are now, coalesced (drain/drain.hpp);
 //   2. outbox.receive() on the other side, through libpq, with the
 //      connection details of a foreign server and the user mapping of the
 //      worker's role (postgres_fdw's objects): it takes each message into
-//      its outbox once (outbox.inbox), in a transaction of its own, with the
-//      tombstones of the rows gone here;
-//   3. the batch's rows deleted here, and this transaction commits.  When 2
+//      its outbox once (outbox.inbox), with the tombstones of the rows gone
+//      here, in one transaction for the round;
+//   3. the round's rows deleted here, and this transaction commits.  When 2
 //      fails, nothing is deleted and the link backs off (1 s, 2 s, ... a
 //      minute); outbox.link_status shows it.
-// A crash after 2 committed and before 3 did sends the batch again: the
+// A crash after 2 committed and before 3 did sends the batches again: the
 // inbox takes none of it twice.  A destination that is down holds back its
 // own messages only.  Plain C-style code: PostgreSQL errors unwind through
 // it.
@@ -48,21 +48,30 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
 // drain_pass_end).
 DrainPass *link_pass_begin(const LinkTarget *target);
 
-// Handing a batch over, in two steps so that several destinations work at
-// once: link_start takes the pass's next batch and sends it (NULL when the
-// pass is over); link_finish waits for the other side's answer and deletes
-// the batch here, in the same transaction, which must commit for the
-// deletions to hold.  link_finish returns the messages handed over, or -1
-// when the other side could not be reached or refused (error says why):
-// nothing is deleted and the link backs off.  Inside a transaction, with
-// SPI.
+// A round hands the destination's next batches over in one transaction
+// here and one there: link_round_send takes the pass's next batch (at most
+// outbox.link_batch_size rows) and sends it without waiting (libpq's
+// pipeline mode), so that the other side takes it while this side claims
+// the next one, and every destination works at once; link_round_finish
+// ends the other side's transaction, waits for its answers and deletes the
+// round's rows here, in the current transaction, which must commit for the
+// deletions to hold.  It returns the messages handed over, or -1 when the
+// other side could not be reached or refused (error says why): nothing is
+// deleted, the other side took nothing, and the link backs off.  Inside a
+// transaction, with SPI; a round lives in the current memory context.
+struct LinkRound;
+enum class LinkSend {
+    Sent,      // a batch (or the send failed: link_round_finish says so)
+    RoundFull, // a round holds this many batches or shards
+    PassOver,
+};
+LinkRound *link_round_begin(const LinkTarget *target);
+LinkSend link_round_send(LinkRound *round, DrainPass *pass);
+int link_round_finish(LinkRound *round, char *error, size_t error_size);
+
 // Forgets what other clusters handed over longer than
 // outbox.inbox_retention ago, at most 10,000 entries a call; returns how
 // many.  Inside a transaction, with SPI.
 int64 link_prune_inbox();
-
-struct LinkTransfer;
-LinkTransfer *link_start(const LinkTarget *target, DrainPass *pass);
-int link_finish(LinkTransfer *transfer, char *error, size_t error_size);
 
 } // namespace pgoutbox

@@ -419,44 +419,53 @@ int64 cascade(int64 budget) {
 }
 
 // Hands each linked destination's due messages over (link/link.hpp), a
-// pass over its rows each, one transaction per round: a batch for every
-// destination still going, sent to all of them before any answer is
-// awaited, so that the other databases work at once.  A destination drops
-// out when its pass is over or a send fails.  Returns the messages handed
-// over.
+// pass over its rows each, one transaction per round: batches for every
+// destination in turn, sent without waiting for answers, so that the other
+// databases take them while this one claims the next; then every round's
+// answers.  A destination drops out when its pass is over or its round
+// fails.  Returns the messages handed over.
 int64 send_links(int ntargets, LinkTarget *targets) {
     int64 sent = 0;
     auto **passes = (DrainPass **)palloc0(sizeof(DrainPass *) * Max(ntargets, 1));
-    auto **transfers = (LinkTransfer **)palloc0(sizeof(LinkTransfer *) * Max(ntargets, 1));
+    auto **rounds = (LinkRound **)palloc0(sizeof(LinkRound *) * Max(ntargets, 1));
+    auto *over = (bool *)palloc0(sizeof(bool) * Max(ntargets, 1));
     int going = ntargets;
     for (int t = 0; t < ntargets; t++)
         passes[t] = link_pass_begin(&targets[t]);
+    auto end_pass = [&](int t) {
+        drain_pass_end(passes[t]);
+        passes[t] = nullptr;
+        going--;
+    };
     while (going > 0) {
         CHECK_FOR_INTERRUPTS();
         bool ok = in_transaction(
             "pg_outbox: sending link batches",
             [&] {
                 for (int t = 0; t < ntargets; t++)
-                    if (passes[t] != nullptr &&
-                        (transfers[t] = link_start(&targets[t], passes[t])) == nullptr) {
-                        drain_pass_end(passes[t]);
-                        passes[t] = nullptr;
-                        going--;
+                    rounds[t] = passes[t] != nullptr ? link_round_begin(&targets[t]) : nullptr;
+                for (bool more = true; more;) {
+                    more = false;
+                    for (int t = 0; t < ntargets; t++) {
+                        if (rounds[t] == nullptr)
+                            continue;
+                        LinkSend s = link_round_send(rounds[t], passes[t]);
+                        more = more || s == LinkSend::Sent;
+                        over[t] = s == LinkSend::PassOver;
                     }
+                }
                 for (int t = 0; t < ntargets; t++) {
-                    if (transfers[t] == nullptr)
+                    if (rounds[t] == nullptr)
                         continue;
                     char error[512] = "";
-                    int n = link_finish(transfers[t], error, sizeof error);
-                    transfers[t] = nullptr;
-                    if (n >= 0) {
+                    int n = link_round_finish(rounds[t], error, sizeof error);
+                    rounds[t] = nullptr;
+                    if (n < 0)
+                        record_error("link", error);
+                    else
                         sent += n;
-                        continue;
-                    }
-                    record_error("link", error);
-                    drain_pass_end(passes[t]);
-                    passes[t] = nullptr;
-                    going--;
+                    if (n < 0 || over[t])
+                        end_pass(t);
                 }
             },
             nullptr);

@@ -6,6 +6,10 @@
 #include "worker/worker.hpp"
 #include "worker/worker_shared.hpp"
 
+extern "C" {
+#include "access/xact.h"
+}
+
 using namespace pgoutbox;
 
 // Wakes the worker for a cycle now; returns whether it is running.
@@ -15,6 +19,33 @@ OUTBOX_FUNCTION(outbox_wake_worker) {
                         errmsg("the pg_outbox worker is not available"),
                         errhint("Add pg_outbox to shared_preload_libraries and restart.")));
     PG_RETURN_BOOL(worker_wake_for_cycle());
+}
+
+namespace {
+
+bool wake_at_commit = false;
+
+// Runs at commit: raises no ERROR (worker_wake_for_cycle takes a spinlock
+// and sets a latch).
+void wake_on_commit(XactEvent event, void *) {
+    if (event == XACT_EVENT_COMMIT && wake_at_commit)
+        (void)worker_wake_for_cycle();
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+        wake_at_commit = false;
+}
+
+} // namespace
+
+OUTBOX_FUNCTION(outbox__wake_worker_at_commit) {
+    static bool registered = false;
+    if (worker_shared == nullptr)
+        PG_RETURN_VOID();
+    if (!registered) {
+        RegisterXactCallback(wake_on_commit, nullptr);
+        registered = true;
+    }
+    wake_at_commit = true;
+    PG_RETURN_VOID();
 }
 
 // One row, always: without the preload the state says so and the rest is
