@@ -111,8 +111,7 @@ SELECT outbox.set_cell_server('us', 'cell_us');
 SELECT outbox.set_cell_server('eu', 'cell_eu');
 CREATE ROLE outbox_link LOGIN;
 GRANT USAGE ON SCHEMA outbox TO outbox_link;
-GRANT EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
-    jsonb[], bigint[], text[], bigint[]) TO outbox_link;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link;
 SQL
     for name in us eu; do
         on "$name" >/dev/null <<SQL || return 1
@@ -129,8 +128,7 @@ CREATE USER MAPPING FOR postgres SERVER control_db OPTIONS (user 'outbox_link');
 SELECT outbox.link_control('control_db', '$name');
 CREATE ROLE outbox_link LOGIN;
 GRANT USAGE ON SCHEMA outbox TO outbox_link;
-GRANT EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
-    jsonb[], bigint[], text[], bigint[]) TO outbox_link;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link;
 SQL
     done
 }

@@ -62,24 +62,28 @@ END
 $$;
 
 -- Called by the other side's worker: takes a batch of messages into the
--- local outbox, each only if it is newer than what origin handed over
--- before (outbox.inbox), and the tombstones that came with them; returns
--- how many messages it took.  The local worker then delivers them to the
--- local handlers.  Arrays are one element per message, in shard order.
-CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, shard_scopes int[],
-    shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[],
-    payloads jsonb[], last_ids bigint[], tombstone_tables text[] DEFAULT '{}',
-    tombstone_objects bigint[] DEFAULT '{}') RETURNS int
+-- local outbox, in order, with the tombstones that came with them, and
+-- records the batch in outbox.inbox (a batch already there is not taken
+-- again: 0); forgets the batches the sender acknowledges, which it had
+-- taken before.  Returns how many messages it took.  The local worker then
+-- delivers them to the local handlers.  The message arrays have one
+-- element per message, in shard order; row_ids are the sender's rows.
+CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, batch bigint, row_ids bigint[],
+    shard_scopes int[], shard_identifiers bigint[], cell_names text[], categories text[],
+    object_identifiers bigint[], payloads jsonb[], tombstone_tables text[] DEFAULT '{}',
+    tombstone_objects bigint[] DEFAULT '{}', acknowledged bigint[] DEFAULT '{}') RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
     n int := cardinality(shard_scopes);
-    accepted int;
 BEGIN
     PERFORM outbox._require(origin, 'origin');
     PERFORM outbox._require(silo, 'silo');
+    PERFORM outbox._require(batch, 'batch');
+    PERFORM outbox._require(row_ids, 'row_ids');
+    PERFORM outbox._require(acknowledged, 'acknowledged');
     IF silo NOT IN ('cell', 'control') THEN
         RAISE EXCEPTION 'silo must be ''cell'' or ''control'', not %', quote_literal(silo)
             USING ERRCODE = 'invalid_parameter_value';
@@ -87,7 +91,7 @@ BEGIN
     IF n IS NULL OR cardinality(shard_identifiers) IS DISTINCT FROM n
        OR cardinality(cell_names) IS DISTINCT FROM n OR cardinality(categories) IS DISTINCT FROM n
        OR cardinality(object_identifiers) IS DISTINCT FROM n
-       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(last_ids) IS DISTINCT FROM n
+       OR cardinality(payloads) IS DISTINCT FROM n
        OR cardinality(tombstone_tables) IS DISTINCT FROM cardinality(tombstone_objects) THEN
         RAISE EXCEPTION 'the message arrays must all have one element per message'
             USING ERRCODE = 'array_subscript_error';
@@ -113,70 +117,48 @@ BEGIN
               WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1)
             USING ERRCODE = 'undefined_object';
     END IF;
-    -- One statement per silo (no temporary table: a caller's own one of
-    -- the same name would run its triggers as the extension owner).  Rows
-    -- go in in the order they came: ids follow it within each shard.
-    IF silo = 'cell' THEN
-        WITH m AS (SELECT m.*, k.id AS category
-                     FROM unnest(shard_scopes, shard_identifiers, cell_names, categories,
-                                 object_identifiers, payloads, last_ids)
-                          WITH ORDINALITY AS m(scope, ident, cell, category_name, object,
-                                               payload, last_id, n)
-                     JOIN outbox.categories k ON k.name = m.category_name),
-             fresh AS (INSERT INTO outbox.inbox AS i (origin, silo, shard_scope,
-                              shard_identifier, cell_name, category, object_identifier, last_id)
-                       SELECT receive.origin, 'cell', m.scope, m.ident, '', m.category, m.object,
-                              m.last_id FROM m
-                       ON CONFLICT (origin, silo, shard_scope, shard_identifier, cell_name,
-                                    category, object_identifier)
-                       DO UPDATE SET last_id = excluded.last_id, received_at = excluded.received_at
-                       WHERE i.last_id < excluded.last_id
-                       RETURNING i.shard_scope, i.shard_identifier, i.category, i.object_identifier)
-        INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category,
-                                        object_identifier, payload)
-        SELECT m.scope, m.ident, m.category, m.object, m.payload
-          FROM m JOIN fresh f ON f.shard_scope = m.scope AND f.shard_identifier = m.ident
-           AND f.category = m.category AND f.object_identifier = m.object
-         ORDER BY m.n;
-    ELSE
-        WITH m AS (SELECT m.*, k.id AS category
-                     FROM unnest(shard_scopes, shard_identifiers, cell_names, categories,
-                                 object_identifiers, payloads, last_ids)
-                          WITH ORDINALITY AS m(scope, ident, cell, category_name, object,
-                                               payload, last_id, n)
-                     JOIN outbox.categories k ON k.name = m.category_name),
-             fresh AS (INSERT INTO outbox.inbox AS i (origin, silo, shard_scope,
-                              shard_identifier, cell_name, category, object_identifier, last_id)
-                       SELECT receive.origin, 'control', m.scope, m.ident, m.cell, m.category,
-                              m.object, m.last_id FROM m
-                       ON CONFLICT (origin, silo, shard_scope, shard_identifier, cell_name,
-                                    category, object_identifier)
-                       DO UPDATE SET last_id = excluded.last_id, received_at = excluded.received_at
-                       WHERE i.last_id < excluded.last_id
-                       RETURNING i.shard_scope, i.shard_identifier, i.cell_name, i.category,
-                                 i.object_identifier)
-        INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category,
-                                           object_identifier, payload, cell_name)
-        SELECT m.scope, m.ident, m.category, m.object, m.payload, m.cell
-          FROM m JOIN fresh f ON f.shard_scope = m.scope AND f.shard_identifier = m.ident
-           AND f.cell_name = m.cell AND f.category = m.category AND f.object_identifier = m.object
-         ORDER BY m.n;
+    DELETE FROM outbox.inbox i WHERE i.origin = receive.origin AND i.batch = ANY (acknowledged);
+    INSERT INTO outbox.inbox AS i (origin, batch, row_ids, messages)
+    VALUES (origin, batch, row_ids, n) ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN
+        RETURN 0;
     END IF;
-    GET DIAGNOSTICS accepted = ROW_COUNT;
+    -- Rows go in in the order they came: ids follow it within each shard.
+    -- (No temporary table: a caller's own one of the same name would run
+    -- its triggers as the extension owner.)
+    EXECUTE format('INSERT INTO outbox.%I (shard_scope, shard_identifier, category,'
+                   ' object_identifier, payload%s)'
+                   ' SELECT m.scope, m.ident, k.id, m.object, m.payload%s'
+                   ' FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY'
+                   ' AS m(scope, ident, cell, category_name, object, payload, n)'
+                   ' JOIN outbox.categories k ON k.name = m.category_name ORDER BY m.n',
+                   silo || '_outbox', CASE silo WHEN 'control' THEN ', cell_name' ELSE '' END,
+                   CASE silo WHEN 'control' THEN ', m.cell' ELSE '' END)
+        USING shard_scopes, shard_identifiers, cell_names, categories, object_identifiers,
+              payloads;
     -- Tombstones of rows deleted on the other side: a deleted control row
     -- is recorded in cell_tombstone, a deleted cell row in control_tombstone.
     IF cardinality(tombstone_tables) > 0 THEN
-        IF silo = 'control' THEN
-            INSERT INTO outbox.cell_tombstone (table_name, object_identifier)
-            SELECT * FROM unnest(tombstone_tables, tombstone_objects) ON CONFLICT DO NOTHING;
-        ELSE
-            INSERT INTO outbox.control_tombstone (table_name, object_identifier)
-            SELECT * FROM unnest(tombstone_tables, tombstone_objects) ON CONFLICT DO NOTHING;
-        END IF;
+        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
+                       ' SELECT * FROM unnest($1, $2) ON CONFLICT DO NOTHING',
+                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+            USING tombstone_tables, tombstone_objects;
     END IF;
-    IF accepted > 0 THEN
+    IF n > 0 THEN
         PERFORM outbox._wake_worker_at_commit(); -- no worker: they wait for outbox.drain()
     END IF;
-    RETURN accepted;
+    RETURN n;
 END
+$$;
+
+-- Called by the other side's worker before it sends anything on a new
+-- connection: the batches from origin that this database took and origin
+-- has not acknowledged (its answer may have been lost), oldest first.
+CREATE OR REPLACE FUNCTION outbox.received(origin text)
+    RETURNS TABLE (batch bigint, row_ids bigint[], messages int)
+LANGUAGE sql STABLE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT i.batch, i.row_ids, i.messages FROM outbox.inbox i
+     WHERE i.origin = received.origin ORDER BY i.received_at, i.batch
 $$;

@@ -15,27 +15,22 @@ CREATE TABLE outbox.control_link (
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.control_link', '');
 
--- Receiving side: the newest outbox row of each object that a sender
--- (origin: 'control', or the sending cell's name) has handed over, per
--- shard and category.  A message is accepted only when its last_id is
--- newer, in the same transaction that puts it in the local outbox: a batch
--- sent again after a crash is taken once.
+-- Receiving side: the batches a sender (origin: 'control', or the sending
+-- cell's name) handed over and has not acknowledged yet, with the ids of
+-- the outbox rows they carried there.  A batch is written here in the
+-- transaction that puts its messages in the local outbox.  A sender that
+-- lost the answer (it crashed, or the connection broke) asks for these
+-- before it sends anything else, and deletes those rows instead of sending
+-- them again: each batch is taken once.  The sender acknowledges a batch in
+-- its next one, once its own deletion has committed; then it goes.
 CREATE TABLE outbox.inbox (
-    origin            text        NOT NULL,
-    silo              text        NOT NULL CHECK (silo IN ('cell', 'control')),
-    shard_scope       int         NOT NULL,
-    shard_identifier  bigint      NOT NULL,
-    cell_name         text        NOT NULL DEFAULT '',
-    category          int         NOT NULL,
-    object_identifier bigint      NOT NULL,
-    last_id           bigint      NOT NULL,
-    received_at       timestamptz NOT NULL DEFAULT now(),
-    -- The object first: fixed-width columns before the text ones keep the
-    -- index's key comparisons short (half the cost of outbox.receive()).
-    PRIMARY KEY (object_identifier, category, shard_identifier, shard_scope, cell_name, origin,
-                 silo)
-) WITH (fillfactor = 80); -- room for the HOT update of an object sent again
-
+    origin      text        NOT NULL,
+    batch       bigint      NOT NULL, -- the sender's random token
+    row_ids     bigint[]    NOT NULL, -- the sender's outbox rows it carried
+    messages    int         NOT NULL,
+    received_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (origin, batch)
+);
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
 
 -- Sending side: how each link is doing (the worker writes it).
@@ -43,7 +38,8 @@ CREATE TABLE outbox.link_status (
     destination     text        PRIMARY KEY, -- a cell's name, or 'control'
     server          name        NOT NULL,
     messages_sent   bigint      NOT NULL DEFAULT 0, -- taken by the other side
-    duplicates      bigint      NOT NULL DEFAULT 0, -- sent again, and not taken twice
+    -- taken there, but the answer was lost: found in its inbox, not sent again
+    recovered       bigint      NOT NULL DEFAULT 0,
     last_sent_at    timestamptz,
     failures        int         NOT NULL DEFAULT 0, -- in a row
     last_error      text,

@@ -11,6 +11,7 @@
 
 extern "C" {
 #include "access/tableam.h"
+#include "access/xlog.h"
 #include "commands/defrem.h"
 #include "foreign/foreign.h"
 #include "libpq-fe.h"
@@ -31,10 +32,17 @@ namespace {
 // side takes one while this one claims and sends the next.
 constexpr int round_batches = 4;
 
-// One connection per destination, kept across cycles.
+// One connection per destination, kept across cycles, and what this side
+// owes the other about its batches (outbox.inbox).
 struct Connection {
     char destination[NAMEDATALEN * 2];
     PGconn *conn;
+    bool recovered; // asked outbox.received() since it connected
+    // Batches taken there whose rows this side deleted: acknowledged with
+    // the next batch, once that deletion has committed (pending until then).
+    int64 *acknowledge;
+    int nacknowledge, acknowledge_capacity;
+    int npending;
 };
 Connection *connections = nullptr; // in TopMemoryContext
 int nconnections = 0;
@@ -53,8 +61,8 @@ Connection *connection_of(const char *destination) {
                 : (Connection *)repalloc(connections, sizeof(Connection) * connections_capacity);
     }
     Connection *c = &connections[nconnections++];
+    memset(c, 0, sizeof *c);
     strlcpy(c->destination, destination, sizeof c->destination);
-    c->conn = nullptr;
     return c;
 }
 
@@ -62,6 +70,20 @@ void drop_connection(Connection *c) {
     if (c->conn != nullptr)
         PQfinish(c->conn);
     c->conn = nullptr;
+    c->recovered = false;
+}
+
+// A batch the other side took, to acknowledge once this transaction commits.
+void owe_acknowledgement(Connection *c, int64 batch) {
+    if (c->nacknowledge + c->npending == c->acknowledge_capacity) {
+        c->acknowledge_capacity = Max(c->acknowledge_capacity * 2, 16);
+        c->acknowledge =
+            c->acknowledge == nullptr
+                ? (int64 *)MemoryContextAlloc(TopMemoryContext,
+                                              sizeof(int64) * c->acknowledge_capacity)
+                : (int64 *)repalloc(c->acknowledge, sizeof(int64) * c->acknowledge_capacity);
+    }
+    c->acknowledge[c->nacknowledge + c->npending++] = batch;
 }
 
 // Waits until the socket is ready for events or the deadline passes
@@ -160,7 +182,7 @@ const char *connection_options(LinkTarget *target) {
     return nullptr;
 }
 
-void record_status(const LinkTarget *target, int sent, int taken, const char *error);
+void record_status(const LinkTarget *target, int sent, int recovered, const char *error);
 
 char *array_text(Datum array) {
     return OidOutputFunctionCall(F_ARRAY_OUT, array);
@@ -204,7 +226,11 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         LinkTarget *target = &result[k++];
         target->destination = pstrdup(SPI_getvalue(tuple, desc, 1));
         target->server = pstrdup(SPI_getvalue(tuple, desc, 2));
-        target->origin = pstrdup(SPI_getvalue(tuple, desc, 3));
+        // The name, and which database it is: what another database sent
+        // under the same name (a misconfigured link) must never pass for
+        // this one's in the other side's inbox (recover deletes rows by it).
+        target->origin = psprintf("%s/" UINT64_FORMAT "/%u", SPI_getvalue(tuple, desc, 3),
+                                  GetSystemIdentifier(), MyDatabaseId);
         target->control_silo = control_silo;
         const char *unusable = connection_options(target);
         if (unusable != nullptr) {
@@ -254,10 +280,9 @@ const char *category_name(const LinkTarget *target, int32 id) {
     return "";
 }
 
-// The batch's messages as the text of outbox.receive()'s arrays, and the
-// tombstones that go with them: messages of a category with one registered
-// table here whose row is gone (the other side has no such table to look
-// in).
+// The batch's rows and messages as the text of outbox.receive()'s arrays
+// ($4 to $10), and the tombstones that go with them ($11, $12): messages of a category with one
+// registered table here whose row is gone (the other side has no such table to look in).
 void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
                        const char **params) {
     int n = leased->nmessages;
@@ -268,7 +293,6 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
     auto *objects = (Datum *)palloc(sizeof(Datum) * n);
     auto *payloads = (Datum *)palloc(sizeof(Datum) * n);
     auto *payload_nulls = (bool *)palloc(sizeof(bool) * n);
-    auto *last_ids = (Datum *)palloc(sizeof(Datum) * n);
     auto *category_ids = (int32 *)palloc(sizeof(int32) * n);
     auto *object_ids = (int64 *)palloc(sizeof(int64) * n);
     for (int m = 0; m < n; m++) {
@@ -281,25 +305,24 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         objects[m] = Int64GetDatum(message->object_identifier);
         payloads[m] = message->payload;
         payload_nulls[m] = message->payload == (Datum)0;
-        last_ids[m] = Int64GetDatum(message->last_id);
         category_ids[m] = message->category;
         object_ids[m] = message->object_identifier;
     }
     int dims[1] = {n}, lbs[1] = {1};
-    params[2] =
-        array_text(PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)));
-    params[3] = array_text(PointerGetDatum(
-        construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
+    params[3] = array_text(pg::int8_array(leased->ids, nrows));
     params[4] =
+        array_text(PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)));
+    params[5] = array_text(PointerGetDatum(
+        construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    params[6] =
         array_text(PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[5] = array_text(
+    params[7] = array_text(
         PointerGetDatum(construct_array(categories, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[6] = array_text(
+    params[8] = array_text(
         PointerGetDatum(construct_array(objects, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
-    params[7] = array_text(PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs,
+    params[9] = array_text(PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs,
                                                               JSONBOID, -1, false, TYPALIGN_INT)));
-    params[8] = array_text(PointerGetDatum(
-        construct_array(last_ids, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 
     const Registry *registry = registry_get();
     auto *ids = (int64 *)palloc(sizeof(int64) * n);
@@ -326,26 +349,26 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
             gone[ngone++] = items[i];
         }
     }
-    params[9] = array_text(
+    params[10] = array_text(
         PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[10] = array_text(PointerGetDatum(
+    params[11] = array_text(PointerGetDatum(
         construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 }
 
-void record_status(const LinkTarget *target, int sent, int taken, const char *error) {
+void record_status(const LinkTarget *target, int sent, int recovered, const char *error) {
     static SPIPlanPtr sent_plan = nullptr, failed_plan = nullptr;
     Oid types[5] = {TEXTOID, TEXTOID, INT4OID, INT4OID, TEXTOID};
     Datum args[5] = {CStringGetTextDatum(target->destination), CStringGetTextDatum(target->server),
-                     Int32GetDatum(sent), Int32GetDatum(taken),
+                     Int32GetDatum(sent), Int32GetDatum(recovered),
                      CStringGetTextDatum(error ? error : "")};
     if (error == nullptr) {
         (void)pg::spi_run_kept(
-            &sent_plan, "recording a link's batch",
-            "INSERT INTO outbox.link_status AS s (destination, server, messages_sent, duplicates,"
-            " last_sent_at) VALUES ($1, $2, $4, $3 - $4, pg_catalog.now())"
+            &sent_plan, "recording a link's round",
+            "INSERT INTO outbox.link_status AS s (destination, server, messages_sent, recovered,"
+            " last_sent_at) VALUES ($1, $2, $3, $4, pg_catalog.now())"
             " ON CONFLICT (destination) DO UPDATE SET server = excluded.server,"
             " messages_sent = s.messages_sent + excluded.messages_sent,"
-            " duplicates = s.duplicates + excluded.duplicates,"
+            " recovered = s.recovered + excluded.recovered,"
             " last_sent_at = excluded.last_sent_at, failures = 0, next_attempt_at = NULL",
             5, types, args, nullptr, false, SPI_OK_INSERT);
         return;
@@ -475,17 +498,119 @@ Connection *round_connection(const LinkTarget *target, char *error, size_t error
 struct SentBatch {
     LeasedBatch leased;
     Oid *partitions; // of the batch's segments
+    int64 token;     // its name in the other side's inbox
 };
+
+int compare_int64(const void *x, const void *y) {
+    int64 a = *(const int64 *)x, b = *(const int64 *)y;
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
+// The batches the other side took whose answer was lost (a crash here, a
+// broken connection) are deleted here instead of being sent again, in this
+// transaction, before the round claims anything: as a link's batch would
+// have been, with the tombstones of the rows gone.  Their messages were
+// counted there; here they count as recovered, not as sent.  Returns how
+// many messages, or -1 (error says why).
+int recover(const LinkTarget *target, Connection *c, char *error, size_t error_size) {
+    const char *params[1] = {target->origin};
+    if (!PQsendQueryParams(c->conn, "SELECT batch, row_ids, messages FROM outbox.received($1)", 1,
+                           nullptr, params, nullptr, nullptr, 0) ||
+        !PQpipelineSync(c->conn)) {
+        strlcpy(error, PQerrorMessage(c->conn), error_size);
+        return -1;
+    }
+    if (!flush(c->conn, error, error_size))
+        return -1;
+    PGresult *result = next_result(c->conn, error, error_size);
+    if (result == nullptr)
+        return -1;
+    if (PQresultStatus(result) != PGRES_TUPLES_OK) {
+        strlcpy(error, PQresultErrorMessage(result), error_size);
+        PQclear(result);
+        return -1;
+    }
+    // Every batch's rows in one statement (a scan of this silo's outbox,
+    // which has no index: this runs once a connection).
+    int nbatches = PQntuples(result);
+    auto *first_ids = (int64 *)palloc(sizeof(int64) * Max(nbatches, 1));
+    int64 *ids = nullptr;
+    int nids = 0;
+    for (int i = 0; i < nbatches; i++) {
+        Datum array = OidInputFunctionCall(F_ARRAY_IN, PQgetvalue(result, i, 1), INT8OID, -1);
+        Datum *items;
+        int nitems;
+        deconstruct_array(DatumGetArrayTypeP(array), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
+                          &items, nullptr, &nitems);
+        ids = ids == nullptr ? (int64 *)palloc(sizeof(int64) * Max(nitems, 1))
+                             : (int64 *)repalloc(ids, sizeof(int64) * (nids + Max(nitems, 1)));
+        for (int k = 0; k < nitems; k++)
+            ids[nids + k] = DatumGetInt64(items[k]);
+        first_ids[i] = nitems > 0 ? ids[nids] : -1;
+        nids += nitems;
+    }
+    static SPIPlanPtr plans[2] = {nullptr, nullptr};
+    Oid types[1] = {INT8ARRAYOID};
+    Datum args[1] = {pg::int8_array(ids, nids)};
+    uint64 n = pg::spi_run_kept(
+        &plans[target->control_silo], "deleting the rows the other side took",
+        target->control_silo ? "DELETE FROM outbox.control_outbox WHERE id = ANY ($1)"
+                               " RETURNING id, category, object_identifier"
+                             : "DELETE FROM outbox.cell_outbox WHERE id = ANY ($1)"
+                               " RETURNING id, category, object_identifier",
+        1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
+    auto *deleted = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    auto *categories = (int32 *)palloc(sizeof(int32) * Max(n, 1));
+    auto *objects = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    auto *control = (bool *)palloc(sizeof(bool) * Max(n, 1));
+    for (uint64 r = 0; r < n; r++) {
+        bool isnull;
+        HeapTuple row = SPI_tuptable->vals[r];
+        deleted[r] = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull));
+        categories[r] = DatumGetInt32(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+        objects[r] = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 3, &isnull));
+        control[r] = target->control_silo;
+        stats_count_processed(categories[r], 1);
+    }
+    CommandCounterIncrement();
+    tombstones_of_delivered((int)n, categories, objects, control);
+    // A batch's rows were deleted together: here now (its messages are
+    // recovered), or by this side's round that committed before the
+    // acknowledgement went out (nothing to count).
+    qsort(deleted, n, sizeof(int64), compare_int64);
+    int recovered = 0;
+    for (int i = 0; i < nbatches; i++) {
+        if (first_ids[i] >= 0 &&
+            bsearch(&first_ids[i], deleted, n, sizeof(int64), compare_int64) != nullptr)
+            recovered += atoi(PQgetvalue(result, i, 2));
+        owe_acknowledgement(c, strtoll(PQgetvalue(result, i, 0), nullptr, 10));
+    }
+    PQclear(result);
+    // The query's results end with a NULL, the pipeline's with its sync.
+    result = PQgetResult(c->conn);
+    if (result == nullptr)
+        result = next_result(c->conn, error, error_size);
+    bool synced = result != nullptr && PQresultStatus(result) == PGRES_PIPELINE_SYNC;
+    if (result != nullptr && !synced)
+        strlcpy(error, "outbox.received() answered more than once", error_size);
+    PQclear(result);
+    if (!synced)
+        return -1;
+    c->recovered = true;
+    return recovered;
+}
 
 } // namespace
 
 struct LinkRound {
     const LinkTarget *target;
-    Connection *connection; // once the first batch is sent
+    Connection *connection; // once connected
     int nbatches;
     SentBatch batches[round_batches];
-    int shards; // claimed so far: at most drain_max_shards a round
-    bool over;  // the pass is
+    int shards;       // claimed so far: at most drain_max_shards a round
+    int acknowledged; // of connection->acknowledge, sent with the first batch
+    int recovered;    // messages
+    bool over;        // the pass is
     bool failed;
     char error[512];
 };
@@ -502,6 +627,17 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     if (round->failed || round->nbatches == round_batches || round->shards >= drain_max_shards)
         return LinkSend::RoundFull;
     const LinkTarget *target = round->target;
+    if (round->connection == nullptr) {
+        round->connection = round_connection(target, round->error, sizeof round->error);
+        round->failed = round->connection == nullptr;
+        if (!round->failed && !round->connection->recovered) {
+            round->recovered =
+                recover(target, round->connection, round->error, sizeof round->error);
+            round->failed = round->recovered < 0;
+        }
+        if (round->failed)
+            return LinkSend::RoundFull;
+    }
     SentBatch *sent = &round->batches[round->nbatches];
     DrainBatch *batch;
     for (;;) {
@@ -524,23 +660,33 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     sent->partitions = (Oid *)palloc(sizeof(Oid) * Max(batch->nsegments, 1));
     for (int s = 0; s < batch->nsegments; s++)
         sent->partitions[s] = shard_partition(&batch->segments[s].shard);
-    const char *params[11];
+    // A random token names the batch in the other side's inbox.
+    int64 token = 0;
+    while (token <= 0) {
+        if (!pg_strong_random(&token, sizeof token))
+            ereport(ERROR, (errmsg("pg_outbox: could not generate a batch token")));
+        token &= PG_INT64_MAX;
+    }
+    sent->token = token;
+    Connection *c = round->connection;
+    const char *params[13];
     params[0] = target->origin;
     params[1] = target->control_silo ? "control" : "cell";
+    params[2] = psprintf(INT64_FORMAT, token);
     receive_arguments(target, batch, &sent->leased, params);
+    if (round->nbatches == 1)
+        round->acknowledged = c->nacknowledge;
+    params[12] =
+        array_text(pg::int8_array(c->acknowledge, round->nbatches == 1 ? c->nacknowledge : 0));
     pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
-    if (round->connection == nullptr)
-        round->connection = round_connection(target, round->error, sizeof round->error);
-    PGconn *conn = round->connection ? round->connection->conn : nullptr;
-    if (conn == nullptr ||
-        !PQsendQueryParams(conn,
-                           "SELECT outbox.receive($1, $2, $3::int[], $4::bigint[], $5::text[],"
-                           " $6::text[], $7::bigint[], $8::jsonb[], $9::bigint[], $10::text[],"
-                           " $11::bigint[])",
-                           11, nullptr, params, nullptr, nullptr, 0) ||
-        !flush(conn, round->error, sizeof round->error)) {
-        if (conn != nullptr && round->error[0] == '\0')
-            strlcpy(round->error, PQerrorMessage(conn), sizeof round->error);
+    if (!PQsendQueryParams(c->conn,
+                           "SELECT outbox.receive($1, $2, $3::bigint, $4::bigint[], $5::int[],"
+                           " $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::jsonb[],"
+                           " $11::text[], $12::bigint[], $13::bigint[])",
+                           13, nullptr, params, nullptr, nullptr, 0)) {
+        strlcpy(round->error, PQerrorMessage(c->conn), sizeof round->error);
+        round->failed = true;
+    } else if (!flush(c->conn, round->error, sizeof round->error)) {
         round->failed = true;
     }
     return LinkSend::Sent;
@@ -548,20 +694,19 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
 
 int link_round_finish(LinkRound *round, char *error, size_t error_size) {
     const LinkTarget *target = round->target;
-    if (round->nbatches == 0 && !round->failed)
+    if (round->nbatches == 0 && !round->failed) {
+        if (round->recovered > 0)
+            record_status(target, 0, round->recovered, nullptr);
         return 0;
+    }
     PGconn *conn = round->connection ? round->connection->conn : nullptr;
-    int64 taken = 0;
     // The other side's transaction ends at the sync point: every batch of
     // the round is taken there, or none.
     if (!round->failed &&
         (!PQpipelineSync(conn) || !flush(conn, round->error, sizeof round->error)))
         round->failed = true;
-    for (int b = 0; b < round->nbatches && !round->failed; b++) {
-        int64 n = taken_by_receive(conn, round->error, sizeof round->error);
-        round->failed = n < 0;
-        taken += Max(n, 0);
-    }
+    for (int b = 0; b < round->nbatches && !round->failed; b++)
+        round->failed = taken_by_receive(conn, round->error, sizeof round->error) < 0;
     if (!round->failed) {
         PGresult *sync = next_result(conn, round->error, sizeof round->error);
         round->failed = sync == nullptr || PQresultStatus(sync) != PGRES_PIPELINE_SYNC;
@@ -570,15 +715,26 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
         PQclear(sync);
     }
     if (round->failed) {
-        // Whatever state it is in, the next round starts anew.
+        // Whatever state it is in, the next round starts anew, and asks
+        // what the other side took of this one.
         if (round->connection != nullptr)
             drop_connection(round->connection);
         strlcpy(error, round->error, error_size);
         record_status(target, 0, 0, error);
         return -1;
     }
+    // The acknowledged batches are gone there, the round's are there (owed
+    // before anything here can fail: an ERROR from now on rolls the
+    // deletions back, and link_rounds_ended has this side ask again).
+    Connection *c = round->connection;
+    c->nacknowledge -= round->acknowledged;
+    memmove(c->acknowledge, c->acknowledge + round->acknowledged,
+            sizeof(int64) * (c->nacknowledge + c->npending));
+    for (int b = 0; b < round->nbatches; b++)
+        owe_acknowledgement(c, round->batches[b].token);
     // Taken there: delivered here, in this transaction (a crash before it
-    // commits sends the round again, and the inbox takes nothing twice).
+    // commits leaves the rows here, and the next connection finds the
+    // batches in the other side's inbox).
     TimestampTz now = GetCurrentTimestamp();
     int nmessages = 0;
     for (int b = 0; b < round->nbatches; b++) {
@@ -612,8 +768,19 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
         tombstones_of_delivered(leased.nmessages, categories, objects, control);
         nmessages += leased.nmessages;
     }
-    record_status(target, nmessages, (int)taken, nullptr);
+    record_status(target, nmessages, round->recovered, nullptr);
     return nmessages;
+}
+
+void link_rounds_ended(bool committed) {
+    for (int i = 0; i < nconnections; i++) {
+        Connection *c = &connections[i];
+        if (committed)
+            c->nacknowledge += c->npending;
+        else if (c->npending > 0)
+            c->recovered = false; // the other side took batches this side still has
+        c->npending = 0;
+    }
 }
 
 } // namespace pgoutbox

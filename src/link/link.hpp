@@ -28,7 +28,7 @@ namespace pgoutbox {
 struct LinkTarget {
     const char *destination; // a cell's name, or "control"
     const char *server;
-    const char *origin;    // this database, as the other side knows it
+    const char *origin;    // this database, as the other side knows it: name/system id/oid
     bool control_silo;     // control rows of the cell destination; else cell rows
     const char **keywords; // libpq connection options, NULL-terminated
     const char **values;
@@ -68,6 +68,10 @@ enum class LinkSend {
 LinkRound *link_round_begin(const LinkTarget *target);
 LinkSend link_round_send(LinkRound *round, DrainPass *pass);
 int link_round_finish(LinkRound *round, char *error, size_t error_size);
+// After the transaction of the rounds ended: once it committed, the other
+// side may forget the batches this side deleted; when it did not, this side
+// asks what the other side took before it sends again.
+void link_rounds_ended(bool committed);
 
 // Forgets what other clusters handed over longer than
 // outbox.inbox_retention ago, at most 10,000 entries a call; returns how

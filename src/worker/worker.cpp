@@ -469,6 +469,7 @@ int64 send_links(int ntargets, LinkTarget *targets) {
                 }
             },
             nullptr);
+        link_rounds_ended(ok);
         if (!ok)
             break;
     }

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(51);
+SELECT plan(55);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -110,6 +110,22 @@ SELECT ok(has_function_privilege('public', 'outbox.claim(int, interval, text[], 
           'every role may call the consumer functions (CONSUME is checked in C)');
 SELECT is(current_setting('outbox.notify_consumers'), 'on', 'outbox.notify_consumers defaults to on');
 SELECT is(current_setting('outbox.inbox_retention'), '7d', 'outbox.inbox_retention defaults to 7 days');
+
+-- Links (issue 14): the receiving side's functions, granted to nobody
+-- until the owner grants them to the link's role; the link's GUCs.
+SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_arguments(p.oid)
+                             || ' -> ' || pg_get_function_result(p.oid), E'\n' ORDER BY p.proname)
+             FROM pg_proc p
+            WHERE p.pronamespace = 'outbox'::regnamespace
+              AND p.proname IN ('receive', 'received')),
+          $$outbox.receive(text,text,bigint,bigint[],integer[],bigint[],text[],text[],bigint[],jsonb[],text[],bigint[],bigint[]) origin text, silo text, batch bigint, row_ids bigint[], shard_scopes integer[], shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[], payloads jsonb[], tombstone_tables text[] DEFAULT '{}'::text[], tombstone_objects bigint[] DEFAULT '{}'::bigint[], acknowledged bigint[] DEFAULT '{}'::bigint[] -> integer
+outbox.received(text) origin text -> TABLE(batch bigint, row_ids bigint[], messages integer)$$,
+          'the receiving side of a link');
+SELECT ok(NOT has_function_privilege('public', 'outbox.receive(text, text, bigint, bigint[], int[], bigint[], text[], text[], bigint[], jsonb[], text[], bigint[], bigint[])', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.received(text)', 'EXECUTE'),
+          'nobody may call them by default');
+SELECT is(current_setting('outbox.link_batch_size'), '5000', 'outbox.link_batch_size defaults to 5000');
+SELECT is(current_setting('outbox.link_timeout'), '30s', 'outbox.link_timeout defaults to 30 s');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

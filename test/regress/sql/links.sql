@@ -17,31 +17,38 @@ SELECT 'control' AS silo, shard_identifier, category, object_identifier, payload
   FROM outbox.control_outbox
 UNION ALL
 SELECT 'cell', shard_identifier, category, object_identifier, payload, NULL FROM outbox.cell_outbox
-ORDER BY 1, 2, 4;
+ORDER BY 1, 2, 4, 5;
 
 -- A batch from control for cell us: taken into the control outbox, in
--- order; the same batch again (a sender that crashed before completing):
--- nothing; a newer change of one object: that one only.
-SELECT outbox.receive('control', 'control', '{0,0,0}', '{5,5,6}', '{us,us,us}',
-                      '{user_update,user_update,user_update}', '{50,51,60}',
-                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[], '{1000,2000,3000}');
+-- order, and recorded in the inbox with the sender's row ids; the same
+-- batch again (a sender whose answer was lost): nothing.
+SELECT outbox.receive('control', 'control', 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
+                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
+                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
 SELECT * FROM rows;
-SELECT outbox.receive('control', 'control', '{0,0,0}', '{5,5,6}', '{us,us,us}',
-                      '{user_update,user_update,user_update}', '{50,51,60}',
-                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[], '{1000,2000,3000}');
-SELECT outbox.receive('control', 'control', '{0,0}', '{5,5}', '{us,us}',
-                      '{user_update,user_update}', '{50,51}',
-                      ARRAY['{"v": 3}', '{"v": 2}']::jsonb[], '{4000,2000}');
+SELECT outbox.receive('control', 'control', 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
+                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
+                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
+SELECT count(*) FROM rows;
+-- What a sender that lost its answer asks for: batch 11, its rows.
+SELECT * FROM outbox.received('control');
+-- The next batch acknowledges batch 11: the inbox forgets it.
+SELECT outbox.receive('control', 'control', 12, '{4000}', '{0}', '{5}', '{us}', '{user_update}',
+                      '{50}', ARRAY['{"v": 3}']::jsonb[], acknowledged => '{11}');
 SELECT * FROM rows;
-SELECT origin, silo, shard_identifier, cell_name, category, object_identifier, last_id
-  FROM outbox.inbox ORDER BY object_identifier;
--- Another origin is another sender: cell messages from us, and tombstones.
-SELECT outbox.receive('us', 'cell', '{0}', '{7}', '{""}', '{org_update}', '{70}',
-                      ARRAY['{"name": "acme"}']::jsonb[], '{1000}',
-                      '{organization}', '{71}');
-SELECT outbox.receive('control', 'control', '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY batch;
+-- Another origin is another sender, with batches of its own: cell
+-- messages from us, and tombstones; another origin's acknowledgement
+-- forgets nothing of control's.
+SELECT outbox.receive('us', 'cell', 12, '{7}', '{0}', '{7}', '{""}', '{org_update}', '{70}',
+                      ARRAY['{"name": "acme"}']::jsonb[], '{organization}', '{71}');
+SELECT outbox.receive('control', 'control', 13, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
                       '{auth_user,auth_user}', '{9,9}');
+SELECT outbox.receive('us', 'cell', 14, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+                      acknowledged => '{12,13}');
 SELECT * FROM rows;
+SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY origin, batch;
+SELECT * FROM outbox.received('us');
 SELECT table_name, object_identifier FROM outbox.control_tombstone;
 SELECT table_name, object_identifier FROM outbox.cell_tombstone;
 
@@ -53,13 +60,16 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
-SELECT pg_temp.err($$SELECT outbox.receive(NULL, 'cell', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'moon', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', '{0}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', '{0}', '{1}', '{""}', '{nope}', '{1}', '{NULL}', '{1}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'control', '{0}', '{1}', '{NULL}', '{org_update}', '{1}', '{NULL}', '{1}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(NULL, 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'moon', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{0}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', NULL, '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{1}', '{0}', '{1}', '{""}', '{nope}', '{1}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'control', 1, '{1}', '{0}', '{1}', '{NULL}', '{org_update}', '{1}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', acknowledged => NULL)$$);
 SELECT count(*) FROM outbox.inbox WHERE origin = 'x';
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'no_such_server')$$);
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('mars', 'links_test')$$);
@@ -72,35 +82,37 @@ SELECT name, server FROM outbox.cells;
 SELECT outbox.link_control('links_test', 'us');
 SELECT server, cell_name FROM outbox.control_link;
 -- Linked as cell us, it takes control's messages for us only.
-SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}', '{1}')$$);
-SELECT outbox.receive('control', 'control', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}', '{1}');
+SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', 20, '{1}', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}')$$);
+SELECT outbox.receive('control', 'control', 21, '{1}', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}');
 SELECT outbox.unlink_control();
 SELECT outbox.set_cell_server('us', NULL);
 
--- Roles: only the extension owner configures links; outbox.receive() is
--- granted to nobody until the owner grants it to the link's role.
+-- Roles: only the extension owner configures links; outbox.receive() and
+-- outbox.received() are granted to nobody until the owner grants them to
+-- the link's role.
 CREATE ROLE links_app;
 CREATE ROLE links_monitor IN ROLE pg_monitor;
 CREATE ROLE links_peer;
-GRANT EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
-    jsonb[], bigint[], text[], bigint[]) TO links_peer;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_peer;
 SET ROLE links_app;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received('control')$$);
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test')$$);
 SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us')$$);
 RESET ROLE;
 SET ROLE links_monitor;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received('control')$$);
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.inbox$$);
 SELECT count(*) >= 0 AS reads_link_status FROM outbox.link_status;
 RESET ROLE;
 SET ROLE links_peer;
-SELECT outbox.receive('peer', 'cell', '{0}', '{8}', '{""}', '{org_update}', '{80}', '{NULL}', '{1}');
+SELECT outbox.receive('peer', 'cell', 30, '{1}', '{0}', '{8}', '{""}', '{org_update}', '{80}', '{NULL}');
+SELECT batch, row_ids FROM outbox.received('peer');
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.cell_outbox$$);
 RESET ROLE;
 SELECT * FROM rows WHERE shard_identifier = 8;
 DROP VIEW rows;
 DROP SERVER links_test;
-REVOKE EXECUTE ON FUNCTION outbox.receive(text, text, int[], bigint[], text[], text[], bigint[],
-    jsonb[], bigint[], text[], bigint[]) FROM links_peer;
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM links_peer;
 DROP ROLE links_app, links_monitor, links_peer;
