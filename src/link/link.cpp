@@ -281,8 +281,9 @@ const char *category_name(const LinkTarget *target, int32 id) {
 }
 
 // The batch's rows and messages as the text of outbox.receive()'s arrays
-// ($4 to $10), and the tombstones that go with them ($11, $12): messages of a category with one
-// registered table here whose row is gone (the other side has no such table to look in).
+// ($4 to $10), and the tombstones that go with them ($11, $12): messages
+// of a category with one registered table here whose row is gone (the
+// other side has no such table to look in).
 void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
                        const char **params) {
     int n = leased->nmessages;
@@ -552,13 +553,16 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     static SPIPlanPtr plans[2] = {nullptr, nullptr};
     Oid types[1] = {INT8ARRAYOID};
     Datum args[1] = {pg::int8_array(ids, nids)};
-    uint64 n = pg::spi_run_kept(
-        &plans[target->control_silo], "deleting the rows the other side took",
-        target->control_silo ? "DELETE FROM outbox.control_outbox WHERE id = ANY ($1)"
-                               " RETURNING id, category, object_identifier"
-                             : "DELETE FROM outbox.cell_outbox WHERE id = ANY ($1)"
-                               " RETURNING id, category, object_identifier",
-        1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
+    uint64 n = nids == 0
+                   ? 0
+                   : pg::spi_run_kept(&plans[target->control_silo],
+                                      "deleting the rows the other side took",
+                                      target->control_silo
+                                          ? "DELETE FROM outbox.control_outbox WHERE id = ANY ($1)"
+                                            " RETURNING id, category, object_identifier"
+                                          : "DELETE FROM outbox.cell_outbox WHERE id = ANY ($1)"
+                                            " RETURNING id, category, object_identifier",
+                                      1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
     auto *deleted = (int64 *)palloc(sizeof(int64) * Max(n, 1));
     auto *categories = (int32 *)palloc(sizeof(int32) * Max(n, 1));
     auto *objects = (int64 *)palloc(sizeof(int64) * Max(n, 1));
@@ -728,8 +732,9 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
     // deletions back, and link_rounds_ended has this side ask again).
     Connection *c = round->connection;
     c->nacknowledge -= round->acknowledged;
-    memmove(c->acknowledge, c->acknowledge + round->acknowledged,
-            sizeof(int64) * (c->nacknowledge + c->npending));
+    if (round->acknowledged > 0)
+        memmove(c->acknowledge, c->acknowledge + round->acknowledged,
+                sizeof(int64) * (c->nacknowledge + c->npending));
     for (int b = 0; b < round->nbatches; b++)
         owe_acknowledgement(c, round->batches[b].token);
     // Taken there: delivered here, in this transaction (a crash before it
