@@ -67,8 +67,11 @@ $$;
 -- again: 0); forgets the batches the sender acknowledges, which it had
 -- taken before.  Returns how many messages it took.  The local worker then
 -- delivers them to the local handlers.  The message arrays have one
--- element per message, in shard order; row_ids are the sender's rows.
-CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, batch bigint, row_ids bigint[],
+-- element per message, in shard order; row_ids are the sender's rows;
+-- session is the token of the sender's outbox.received() call on this
+-- connection.
+CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, session bigint, batch bigint,
+    row_ids bigint[],
     shard_scopes int[], shard_identifiers bigint[], cell_names text[], categories text[],
     object_identifiers bigint[], payloads jsonb[], tombstone_tables text[] DEFAULT '{}',
     tombstone_objects bigint[] DEFAULT '{}', acknowledged bigint[] DEFAULT '{}') RETURNS int
@@ -81,6 +84,7 @@ DECLARE
 BEGIN
     PERFORM outbox._require(origin, 'origin');
     PERFORM outbox._require(silo, 'silo');
+    PERFORM outbox._require(session, 'session');
     PERFORM outbox._require(batch, 'batch');
     PERFORM outbox._require(row_ids, 'row_ids');
     PERFORM outbox._require(acknowledged, 'acknowledged');
@@ -117,6 +121,16 @@ BEGIN
               WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1)
             USING ERRCODE = 'undefined_object';
     END IF;
+    -- Held to the end of this transaction: a newer connection's
+    -- outbox.received() waits for it.
+    PERFORM FROM outbox.inbox_sessions s
+      WHERE s.origin = receive.origin AND s.session = receive.session FOR SHARE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'session % is not the current connection of sender %', session,
+            quote_literal(origin)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'A sender calls outbox.received() with a new session on each connection.';
+    END IF;
     DELETE FROM outbox.inbox i WHERE i.origin = receive.origin AND i.batch = ANY (acknowledged);
     INSERT INTO outbox.inbox AS i (origin, batch, row_ids, messages)
     VALUES (origin, batch, row_ids, n) ON CONFLICT DO NOTHING;
@@ -152,13 +166,24 @@ END
 $$;
 
 -- Called by the other side's worker before it sends anything on a new
--- connection: the batches from origin that this database took and origin
--- has not acknowledged (its answer may have been lost), oldest first.
-CREATE OR REPLACE FUNCTION outbox.received(origin text)
+-- connection, with a new random session token: that connection becomes
+-- origin's current one (the batches of an older one are refused from now
+-- on, and one still running is waited for), and the answer is the batches
+-- from origin that this database took and origin has not acknowledged (its
+-- answer may have been lost), oldest first.
+CREATE OR REPLACE FUNCTION outbox.received(origin text, session bigint)
     RETURNS TABLE (batch bigint, row_ids bigint[], messages int)
-LANGUAGE sql STABLE SECURITY DEFINER
+LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT i.batch, i.row_ids, i.messages FROM outbox.inbox i
-     WHERE i.origin = received.origin ORDER BY i.received_at, i.batch
+#variable_conflict use_column
+BEGIN
+    PERFORM outbox._require(origin, 'origin');
+    PERFORM outbox._require(session, 'session');
+    INSERT INTO outbox.inbox_sessions AS s (origin, session) VALUES (origin, session)
+        ON CONFLICT (origin) DO UPDATE SET session = excluded.session,
+                                           connected_at = excluded.connected_at;
+    RETURN QUERY SELECT i.batch, i.row_ids, i.messages FROM outbox.inbox i
+                  WHERE i.origin = received.origin ORDER BY i.received_at, i.batch;
+END
 $$;

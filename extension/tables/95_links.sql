@@ -33,6 +33,18 @@ CREATE TABLE outbox.inbox (
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
 
+-- Receiving side: each sender's current connection, named by the random
+-- session token its outbox.received() call brought.  A batch of an older
+-- connection (still running here after its sender gave up on it) is
+-- refused; outbox.received() waits for one already running to end, so
+-- that what it answers includes it.
+CREATE TABLE outbox.inbox_sessions (
+    origin       text        PRIMARY KEY,
+    session      bigint      NOT NULL,
+    connected_at timestamptz NOT NULL DEFAULT now()
+);
+SELECT pg_catalog.pg_extension_config_dump('outbox.inbox_sessions', '');
+
 -- Sending side: how each link is doing (the worker writes it).
 CREATE TABLE outbox.link_status (
     destination     text        PRIMARY KEY, -- a cell's name, or 'control'

@@ -37,6 +37,7 @@ constexpr int round_batches = 4;
 struct Connection {
     char destination[NAMEDATALEN * 2];
     PGconn *conn;
+    int64 session;  // a random token, new with each connection
     bool recovered; // asked outbox.received() since it connected
     // Batches taken there whose rows this side deleted: acknowledged with
     // the next batch, once that deletion has committed (pending until then).
@@ -71,6 +72,18 @@ void drop_connection(Connection *c) {
         PQfinish(c->conn);
     c->conn = nullptr;
     c->recovered = false;
+}
+
+// A random positive int64: a batch's or a connection's name on the other
+// side.
+int64 random_token() {
+    int64 token = 0;
+    while (token <= 0) {
+        if (!pg_strong_random(&token, sizeof token))
+            ereport(ERROR, (errmsg("pg_outbox: could not generate a random token")));
+        token &= PG_INT64_MAX;
+    }
+    return token;
 }
 
 // A batch the other side took, to acknowledge once this transaction commits.
@@ -281,7 +294,7 @@ const char *category_name(const LinkTarget *target, int32 id) {
 }
 
 // The batch's rows and messages as the text of outbox.receive()'s arrays
-// ($4 to $10), and the tombstones that go with them ($11, $12): messages
+// ($5 to $11), and the tombstones that go with them ($12, $13): messages
 // of a category with one registered table here whose row is gone (the
 // other side has no such table to look in).
 void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
@@ -311,19 +324,19 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
     }
     int dims[1] = {n}, lbs[1] = {1};
     int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
-    params[3] = array_text(pg::int8_array(leased->ids, nrows));
-    params[4] =
+    params[4] = array_text(pg::int8_array(leased->ids, nrows));
+    params[5] =
         array_text(PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)));
-    params[5] = array_text(PointerGetDatum(
+    params[6] = array_text(PointerGetDatum(
         construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
-    params[6] =
+    params[7] =
         array_text(PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[7] = array_text(
-        PointerGetDatum(construct_array(categories, n, TEXTOID, -1, false, TYPALIGN_INT)));
     params[8] = array_text(
+        PointerGetDatum(construct_array(categories, n, TEXTOID, -1, false, TYPALIGN_INT)));
+    params[9] = array_text(
         PointerGetDatum(construct_array(objects, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
-    params[9] = array_text(PointerGetDatum(construct_md_array(payloads, payload_nulls, 1, dims, lbs,
-                                                              JSONBOID, -1, false, TYPALIGN_INT)));
+    params[10] = array_text(PointerGetDatum(construct_md_array(
+        payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT)));
 
     const Registry *registry = registry_get();
     auto *ids = (int64 *)palloc(sizeof(int64) * n);
@@ -350,9 +363,9 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
             gone[ngone++] = items[i];
         }
     }
-    params[10] = array_text(
+    params[11] = array_text(
         PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[11] = array_text(PointerGetDatum(
+    params[12] = array_text(PointerGetDatum(
         construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
 }
 
@@ -493,6 +506,7 @@ Connection *round_connection(const LinkTarget *target, char *error, size_t error
         drop_connection(c);
         return nullptr;
     }
+    c->session = random_token();
     return c;
 }
 
@@ -514,9 +528,9 @@ int compare_int64(const void *x, const void *y) {
 // counted there; here they count as recovered, not as sent.  Returns how
 // many messages, or -1 (error says why).
 int recover(const LinkTarget *target, Connection *c, char *error, size_t error_size) {
-    const char *params[1] = {target->origin};
-    if (!PQsendQueryParams(c->conn, "SELECT batch, row_ids, messages FROM outbox.received($1)", 1,
-                           nullptr, params, nullptr, nullptr, 0) ||
+    const char *params[2] = {target->origin, psprintf(INT64_FORMAT, c->session)};
+    if (!PQsendQueryParams(c->conn, "SELECT batch, row_ids, messages FROM outbox.received($1, $2)",
+                           2, nullptr, params, nullptr, nullptr, 0) ||
         !PQpipelineSync(c->conn)) {
         strlcpy(error, PQerrorMessage(c->conn), error_size);
         return -1;
@@ -665,29 +679,24 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     for (int s = 0; s < batch->nsegments; s++)
         sent->partitions[s] = shard_partition(&batch->segments[s].shard);
     // A random token names the batch in the other side's inbox.
-    int64 token = 0;
-    while (token <= 0) {
-        if (!pg_strong_random(&token, sizeof token))
-            ereport(ERROR, (errmsg("pg_outbox: could not generate a batch token")));
-        token &= PG_INT64_MAX;
-    }
-    sent->token = token;
+    sent->token = random_token();
     Connection *c = round->connection;
-    const char *params[13];
+    const char *params[14];
     params[0] = target->origin;
     params[1] = target->control_silo ? "control" : "cell";
-    params[2] = psprintf(INT64_FORMAT, token);
+    params[2] = psprintf(INT64_FORMAT, c->session);
+    params[3] = psprintf(INT64_FORMAT, sent->token);
     receive_arguments(target, batch, &sent->leased, params);
     if (round->nbatches == 1)
         round->acknowledged = c->nacknowledge;
-    params[12] =
+    params[13] =
         array_text(pg::int8_array(c->acknowledge, round->nbatches == 1 ? c->nacknowledge : 0));
     pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
     if (!PQsendQueryParams(c->conn,
-                           "SELECT outbox.receive($1, $2, $3::bigint, $4::bigint[], $5::int[],"
-                           " $6::bigint[], $7::text[], $8::text[], $9::bigint[], $10::jsonb[],"
-                           " $11::text[], $12::bigint[], $13::bigint[])",
-                           13, nullptr, params, nullptr, nullptr, 0)) {
+                           "SELECT outbox.receive($1, $2, $3::bigint, $4::bigint, $5::bigint[],"
+                           " $6::int[], $7::bigint[], $8::text[], $9::text[], $10::bigint[],"
+                           " $11::jsonb[], $12::text[], $13::bigint[], $14::bigint[])",
+                           14, nullptr, params, nullptr, nullptr, 0)) {
         strlcpy(round->error, PQerrorMessage(c->conn), sizeof round->error);
         round->failed = true;
     } else if (!flush(c->conn, round->error, sizeof round->error)) {

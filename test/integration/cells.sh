@@ -12,7 +12,9 @@
 #      change applied, none twice;
 #   6. a link through a server that a non-superuser owns is refused;
 #   7. the inbox forgets acknowledged batches at once, and unacknowledged
-#      ones older than outbox.inbox_retention.
+#      ones older than outbox.inbox_retention;
+#   8. a cell slower than outbox.link_timeout: its round given up on and
+#      still committed there is found, not sent again.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cells.sh"
@@ -94,7 +96,10 @@ on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reloa
 sleep 0.5
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(5001, 5010) g"
 origin=$(on control -c "SELECT 'control/' || system_identifier || '/' || d.oid FROM pg_control_system(), pg_database d WHERE d.datname = current_database()")
-batch=$(on control -c "SELECT format('SELECT outbox.receive(%L, %L, 4242, %L, %L, %L, %L, %L, %L, %L)',
+# (A session of its own: control's connection is refused from now on, and
+# so makes a new one.)
+on us -c "SELECT FROM outbox.received('$origin', 99)" >/dev/null
+batch=$(on control -c "SELECT format('SELECT outbox.receive(%L, %L, 99, 4242, %L, %L, %L, %L, %L, %L, %L)',
             '$origin', 'control', array_agg(o.id ORDER BY o.shard_identifier, o.id),
             array_agg(o.shard_scope ORDER BY o.shard_identifier, o.id),
             array_agg(o.shard_identifier ORDER BY o.shard_identifier, o.id),
@@ -106,7 +111,7 @@ batch=$(on control -c "SELECT format('SELECT outbox.receive(%L, %L, 4242, %L, %L
          WHERE o.cell_name = 'us'")
 # Another database that calls itself control (a misconfigured link) names
 # control's eu rows in a batch of its own: that must not pass for control's.
-on us -c "SELECT outbox.receive('control/1/1', 'control', 4141,
+on us -c "SELECT FROM outbox.received('control/1/1', 98)" -c "SELECT outbox.receive('control/1/1', 'control', 98, 4141,
               '$(on control -c "SELECT array_agg(id) FROM outbox.control_outbox WHERE cell_name = 'eu'")',
               '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
 check "the cell takes the batch" [ "$(on us -c "$batch")" = 10 ]
@@ -173,7 +178,8 @@ check "the other links go on" wait_on us 30 "SELECT count(*) FROM applied WHERE 
 # received longer ago than that (checked once a minute, and when it starts).
 # A batch from control waits unacknowledged (control's worker held off).
 on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-on us -c "SELECT outbox.receive('$origin', 'control', 4343, '{}', '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
+on us -c "SELECT FROM outbox.received('$origin', 97)" \
+      -c "SELECT outbox.receive('$origin', 'control', 97, 4343, '{}', '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
 before=$(on us -c "SELECT count(*) || ' ' || max(received_at) FROM outbox.inbox")
 on us -c "ALTER SYSTEM SET outbox.inbox_retention = '1s'" >/dev/null
 sleep 1.1
@@ -182,5 +188,27 @@ cell_start us
 check "the inbox forgets the ${before%% *} batches older than outbox.inbox_retention" wait_on us 30 \
     "SELECT count(*) FROM outbox.inbox WHERE received_at <= '${before#* }'" 0
 on control -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+
+# 8. A slow cell: its round outlives outbox.link_timeout, the link gives
+# it up and backs off, and that round still commits in the cell later.
+# The link's next connection waits for it and finds its batches, and a
+# batch of the connection given up on is refused: every change applied
+# once.  eu is not held back.
+on control -c "ALTER SYSTEM SET outbox.link_timeout = '1s'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 2 # a round refused after step 7's session, and its backoff, pass
+on us -c "BEGIN; LOCK TABLE outbox.inbox IN EXCLUSIVE MODE; SELECT pg_sleep(7); COMMIT" >/dev/null &
+locker=$!
+sleep 0.3
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(30001, 30500) g"
+check "a slow cell's round times out, visibly" wait_on control 10 \
+    "SELECT last_error LIKE '%timed out%' FROM outbox.link_status WHERE destination = 'us'" t
+check "eu is not held back" wait_on eu 10 \
+    "SELECT count(DISTINCT object) FROM applied WHERE object BETWEEN 30001 AND 30500" 500
+wait "$locker"
+check "us gets every one once it is fast again" wait_on us 60 \
+    "SELECT count(DISTINCT object) FROM applied WHERE object BETWEEN 30001 AND 30500" 500
+sleep 2 # anything sent twice would arrive meanwhile
+check "none applied twice" [ "$(applied_users us 30001 30500)" = "500 500" ]
+on control -c "ALTER SYSTEM RESET outbox.link_timeout" -c "SELECT pg_reload_conf()" >/dev/null
 
 checks_done cells

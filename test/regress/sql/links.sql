@@ -19,36 +19,46 @@ UNION ALL
 SELECT 'cell', shard_identifier, category, object_identifier, payload, NULL FROM outbox.cell_outbox
 ORDER BY 1, 2, 4, 5;
 
+-- A sender's connection starts with outbox.received() and a new session
+-- token: nothing received yet.
+SELECT * FROM outbox.received('control', 1);
 -- A batch from control for cell us: taken into the control outbox, in
 -- order, and recorded in the inbox with the sender's row ids; the same
 -- batch again (a sender whose answer was lost): nothing.
-SELECT outbox.receive('control', 'control', 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
+SELECT outbox.receive('control', 'control', 1, 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
                       '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
                       ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
 SELECT * FROM rows;
-SELECT outbox.receive('control', 'control', 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
+SELECT outbox.receive('control', 'control', 1, 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
                       '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
                       ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
 SELECT count(*) FROM rows;
--- What a sender that lost its answer asks for: batch 11, its rows.
-SELECT * FROM outbox.received('control');
+-- What a sender that lost its answer asks for on its next connection:
+-- batch 11, its rows.  The older connection's batches are refused now.
+SELECT * FROM outbox.received('control', 2);
+SELECT origin, session FROM outbox.inbox_sessions;
+\set VERBOSITY terse
+SELECT outbox.receive('control', 'control', 1, 99, '{5000}', '{0}', '{5}', '{us}', '{user_update}',
+                      '{50}', ARRAY['{"v": 4}']::jsonb[]);
+\set VERBOSITY default
 -- The next batch acknowledges batch 11: the inbox forgets it.
-SELECT outbox.receive('control', 'control', 12, '{4000}', '{0}', '{5}', '{us}', '{user_update}',
+SELECT outbox.receive('control', 'control', 2, 12, '{4000}', '{0}', '{5}', '{us}', '{user_update}',
                       '{50}', ARRAY['{"v": 3}']::jsonb[], acknowledged => '{11}');
 SELECT * FROM rows;
 SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY batch;
 -- Another origin is another sender, with batches of its own: cell
 -- messages from us, and tombstones; another origin's acknowledgement
 -- forgets nothing of control's.
-SELECT outbox.receive('us', 'cell', 12, '{7}', '{0}', '{7}', '{""}', '{org_update}', '{70}',
+SELECT * FROM outbox.received('us', 5);
+SELECT outbox.receive('us', 'cell', 5, 12, '{7}', '{0}', '{7}', '{""}', '{org_update}', '{70}',
                       ARRAY['{"name": "acme"}']::jsonb[], '{organization}', '{71}');
-SELECT outbox.receive('control', 'control', 13, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+SELECT outbox.receive('control', 'control', 2, 13, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
                       '{auth_user,auth_user}', '{9,9}');
-SELECT outbox.receive('us', 'cell', 14, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+SELECT outbox.receive('us', 'cell', 5, 14, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
                       acknowledged => '{12,13}');
 SELECT * FROM rows;
 SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY origin, batch;
-SELECT * FROM outbox.received('us');
+SELECT * FROM outbox.received('us', 6);
 SELECT table_name, object_identifier FROM outbox.control_tombstone;
 SELECT table_name, object_identifier FROM outbox.cell_tombstone;
 
@@ -60,16 +70,20 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
-SELECT pg_temp.err($$SELECT outbox.receive(NULL, 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'moon', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{0}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', NULL, '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{1}', '{0}', '{1}', '{""}', '{nope}', '{1}', '{NULL}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'control', 1, '{1}', '{0}', '{1}', '{NULL}', '{org_update}', '{1}', '{NULL}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', acknowledged => NULL)$$);
+SELECT pg_temp.err($$SELECT outbox.receive(NULL, 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'moon', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', NULL, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{0}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', NULL, '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{1}', '{0}', '{1}', '{""}', '{nope}', '{1}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'control', 1, 1, '{1}', '{0}', '{1}', '{NULL}', '{org_update}', '{1}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', acknowledged => NULL)$$);
+-- A sender that never called outbox.received(): refused.
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received('x', NULL)$$);
 SELECT count(*) FROM outbox.inbox WHERE origin = 'x';
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'no_such_server')$$);
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('mars', 'links_test')$$);
@@ -82,8 +96,8 @@ SELECT name, server FROM outbox.cells;
 SELECT outbox.link_control('links_test', 'us');
 SELECT server, cell_name FROM outbox.control_link;
 -- Linked as cell us, it takes control's messages for us only.
-SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', 20, '{1}', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}')$$);
-SELECT outbox.receive('control', 'control', 21, '{1}', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}');
+SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', 2, 20, '{1}', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}')$$);
+SELECT outbox.receive('control', 'control', 2, 21, '{1}', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}');
 SELECT outbox.unlink_control();
 SELECT outbox.set_cell_server('us', NULL);
 
@@ -95,20 +109,21 @@ CREATE ROLE links_monitor IN ROLE pg_monitor;
 CREATE ROLE links_peer;
 GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_peer;
 SET ROLE links_app;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT * FROM outbox.received('control')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received('control', 1)$$);
 SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test')$$);
 SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us')$$);
 RESET ROLE;
 SET ROLE links_monitor;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT * FROM outbox.received('control')$$);
+SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received('control', 1)$$);
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.inbox$$);
 SELECT count(*) >= 0 AS reads_link_status FROM outbox.link_status;
 RESET ROLE;
 SET ROLE links_peer;
-SELECT outbox.receive('peer', 'cell', 30, '{1}', '{0}', '{8}', '{""}', '{org_update}', '{80}', '{NULL}');
-SELECT batch, row_ids FROM outbox.received('peer');
+SELECT * FROM outbox.received('peer', 7);
+SELECT outbox.receive('peer', 'cell', 7, 30, '{1}', '{0}', '{8}', '{""}', '{org_update}', '{80}', '{NULL}');
+SELECT batch, row_ids FROM outbox.received('peer', 8);
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.cell_outbox$$);
 RESET ROLE;
 SELECT * FROM rows WHERE shard_identifier = 8;
