@@ -645,17 +645,6 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     if (round->failed || round->nbatches == round_batches || round->shards >= drain_max_shards)
         return LinkSend::RoundFull;
     const LinkTarget *target = round->target;
-    if (round->connection == nullptr) {
-        round->connection = round_connection(target, round->error, sizeof round->error);
-        round->failed = round->connection == nullptr;
-        if (!round->failed && !round->connection->recovered) {
-            round->recovered =
-                recover(target, round->connection, round->error, sizeof round->error);
-            round->failed = round->recovered < 0;
-        }
-        if (round->failed)
-            return LinkSend::RoundFull;
-    }
     SentBatch *sent = &round->batches[round->nbatches];
     DrainBatch *batch;
     for (;;) {
@@ -663,6 +652,20 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
         if (batch == nullptr) {
             round->over = true;
             return LinkSend::PassOver;
+        }
+        // Connected only when there is something to send, and before the
+        // claim: the rows the other side took already are gone by then
+        // (lease_batch finds the rows as they are now).
+        if (round->connection == nullptr) {
+            round->connection = round_connection(target, round->error, sizeof round->error);
+            round->failed = round->connection == nullptr;
+            if (!round->failed && !round->connection->recovered) {
+                round->recovered =
+                    recover(target, round->connection, round->error, sizeof round->error);
+                round->failed = round->recovered < 0;
+            }
+            if (round->failed)
+                return LinkSend::RoundFull;
         }
         lease_batch(batch, &sent->leased);
         // The pass goes on after this batch whatever becomes of it: its
