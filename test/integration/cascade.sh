@@ -42,13 +42,15 @@ check "deleted users leave tombstones (the drain)" wait_for 30 \
 check "the worker cascades: their 2,000 members are gone" wait_for 60 \
     "SELECT count(*) FROM member WHERE user_id <= 100" 0
 check "and only theirs" [ "$(q -c "SELECT count(*) FROM member")" = 18000 ]
-# The row walk may still take its last step after the members are gone
-# (seen under the sanitizers): wait for it, then read Redis.
+# The row walk's watermark is the last member id it saw: 20000, or 19999
+# when the cascade deleted member 20000 (of user 1) before the walk reached
+# it (about one run in ten here).  Wait for the walk to be idle, then read
+# Redis.
 check "outbox.foreign_keys: idle, at the watermarks" wait_for 30 \
-    "SELECT row_watermark || ',' || tombstone_watermark || ',' || pending_tombstones || ',' || state FROM outbox.foreign_keys" "20000,100,0,idle"
+    "SELECT (row_watermark IN (19999, 20000)) || ',' || tombstone_watermark || ',' || pending_tombstones || ',' || state FROM outbox.foreign_keys" "true,100,0,idle"
 row=$(redis-cli -p "$REDIS_PORT" GET row.member.user_id)
 tomb=$(redis-cli -p "$REDIS_PORT" GET tombstone.member.user_id)
-check "Redis holds Sentry's watermarks ($row, $tomb)" grep -Eq '^\[20000, "[0-9a-f]{40}"\] \[100, "[0-9a-f]{40}"\]$' <<<"$row $tomb"
+check "Redis holds Sentry's watermarks ($row, $tomb)" grep -Eq '^\[(19999|20000), "[0-9a-f]{40}"\] \[100, "[0-9a-f]{40}"\]$' <<<"$row $tomb"
 
 # A corrupted watermark: that cascade stops, visibly; deleting the key
 # starts the walk again from the smallest id, and it catches up.
