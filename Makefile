@@ -37,9 +37,11 @@ SHLIB_LINK = -lhiredis -lpq -lstdc++
 
 # make SANITIZE=1: AddressSanitizer and UndefinedBehaviorSanitizer in the
 # library (test/sanitize.sh runs every test against a server that preloads
-# libasan).  Objects built with and without it do not mix: make clean first.
+# libasan), and OUTBOX_CHECK_SCOPES: every owner-run scope checks that it
+# leaves every setting as it found it (pg/run_as.cpp).  Objects built with
+# and without it do not mix: make clean first.
 ifdef SANITIZE
-PG_CXXFLAGS += -fsanitize=address,undefined -fno-sanitize=vptr
+PG_CXXFLAGS += -fsanitize=address,undefined -fno-sanitize=vptr -DOUTBOX_CHECK_SCOPES
 SHLIB_LINK += -fsanitize=address,undefined
 endif
 

@@ -6,6 +6,7 @@
 #include "registry/ddl_guard.hpp"
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
+#include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 #include "worker/worker.hpp"
@@ -50,6 +51,7 @@ bool notify_consumers = true;
 int inbox_retention_s = 7 * 24 * 3600;
 int link_batch_size = 5000;
 int link_timeout_ms = 30000;
+int max_lease_s = 300;
 int naptime_ms = 1000;
 bool self_hosted = false;
 int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
@@ -150,6 +152,22 @@ void _PG_init(void) {
                             "A handler running longer fails its message (0: no limit).", nullptr,
                             &handler_timeout_ms, 30000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS, nullptr,
                             nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.max_lease", "The longest lease outbox.claim() grants.",
+        "A claimed shard holds the messages of every category in it; at most a day.", &max_lease_s,
+        300, 1, 86400, PGC_SIGHUP, GUC_UNIT_S, nullptr, nullptr, nullptr);
+    DefineCustomIntVariable(
+        "outbox.owner_code_timeout",
+        "Owner code that pg_outbox runs on its own is stopped after this long (0: no limit).",
+        "Backfill batches, cascade steps, tombstone checks and status reads of a user's table: "
+        "the table then fails visibly and backs off, and the other tables go on.",
+        &pg::owner_code_timeout_ms, 5000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr,
+        nullptr);
+    DefineCustomIntVariable(
+        "outbox.owner_lock_timeout",
+        "pg_outbox waits this long at most for a lock on a user's table (0: no limit).",
+        "Also the lock_timeout of the owner code it runs on its own.", &pg::owner_lock_timeout_ms,
+        1000, 0, INT_MAX, PGC_SUSET, GUC_UNIT_MS, nullptr, nullptr, nullptr);
     DefineCustomIntVariable(
         "outbox.drain_batch_size", "Outbox rows a drainer holds and delivers in one batch.",
         "Bounds a drainer's memory whatever the depth of a shard; the worker commits each batch.",

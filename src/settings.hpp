@@ -27,6 +27,7 @@ extern bool notify_consumers; // outbox.notify_consumers
 extern int inbox_retention_s; // outbox.inbox_retention
 extern int link_batch_size;   // outbox.link_batch_size
 extern int link_timeout_ms;   // outbox.link_timeout
+extern int max_lease_s;       // outbox.max_lease: a claim's lease, at most
 extern int naptime_ms;
 extern bool self_hosted; // the worker backfills with force_synchronous
 

@@ -18,8 +18,8 @@ BEGIN
     PERFORM outbox._require(column_name, 'column_name');
     PERFORM outbox._require(parent_table, 'parent_table');
     PERFORM outbox._require(on_delete, 'on_delete');
-    SELECT c.relname, c.relkind, c.relispartition, c.relpersistence INTO rel
-      FROM pg_class c WHERE c.oid = tbl;
+    SELECT c.relname, n.nspname, c.relkind, c.relispartition, c.relpersistence INTO rel
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = tbl;
     IF rel.relkind NOT IN ('r', 'p') OR rel.relispartition OR rel.relpersistence = 't' THEN
         RAISE EXCEPTION 'tbl % is not a plain or partitioned table', tbl
             USING ERRCODE = 'wrong_object_type';
@@ -72,8 +72,12 @@ BEGIN
         SELECT CASE current_setting('outbox.silo_mode') WHEN 'cell' THEN 'control' ELSE 'cell' END
             AS silo INTO parent;
     END IF;
+    -- The watermark keys' table part: unique per table.  A table outside
+    -- public is named with its schema (own.monitor and public.monitor must
+    -- not share a walk); Sentry's keys stay for public tables.
     child_key := coalesce((SELECT r.table_key FROM outbox.registered_tables r WHERE r.relid = tbl),
-                          rel.relname);
+                          CASE WHEN rel.nspname = 'public' THEN rel.relname::text
+                               ELSE rel.nspname || '.' || rel.relname END);
     INSERT INTO outbox.registered_foreign_keys AS f
         (relid, column_name, table_key, parent_table, parent_silo, on_delete)
     VALUES (tbl, column_name, child_key, parent_table, parent.silo, behaviour)

@@ -18,7 +18,9 @@ RETURNS TABLE (silo text, shard_scope int, shard_identifier bigint, cell_name te
 -- The view adds the shards that are paused or have dead letters but no
 -- rows (depth 0), and for each shard: its state (due, backed_off, paused,
 -- claimed by a consumer under a live lease, or empty), the failing message (what outbox.skip_message takes) and its
--- dead letters.  attempts counts the failing message's failures in a row.
+-- dead letters; claimed_by and claimed_until: the role holding a claimed
+-- shard and the end of its lease.  attempts counts the failing message's
+-- failures in a row.
 -- Written so that the shards' rows stream in the function's order (deepest
 -- first) through hashed lookups of the small tables, then come the shards
 -- without rows: a join on the shards would sort them (a million one-row
@@ -55,8 +57,14 @@ SELECT s.silo, s.shard_scope, s.shard_identifier, s.cell_name, s.depth, s.oldest
             THEN (SELECT count(*) FROM outbox.dead_letters l
                    WHERE (l.silo, l.shard_scope, l.shard_identifier, coalesce(l.cell_name, ''))
                        = (s.silo, s.shard_scope, s.shard_identifier, s.cell_key))
-            ELSE 0 END AS dead_letters
+            ELSE 0 END AS dead_letters,
+       h.consumer AS claimed_by, h.lease_until AS claimed_until
   FROM s
+  -- The consumer holding the shard under a live lease (by the unique key).
+  LEFT JOIN LATERAL (SELECT c.consumer, c.lease_until FROM outbox.consumer_claims c
+                      WHERE (c.silo, c.shard_scope, c.shard_identifier, c.cell_name)
+                          = (s.silo, s.shard_scope, s.shard_identifier, s.cell_key)
+                        AND c.lease_until > now()) h ON true
   -- Only failing shards look their error up (by its primary key).
   LEFT JOIN LATERAL (SELECT e.category, e.object_identifier FROM outbox.shard_errors e
                       WHERE s.attempts > 0

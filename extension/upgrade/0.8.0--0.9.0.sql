@@ -12,7 +12,21 @@
 -- Links between clusters.
 -- @include tables/95_links.sql
 
+-- Tombstone checks to try again.
+-- @include tables/96_tombstone_checks.sql
+
 -- outbox._backfill_status() gains a column (eta_at_budget): its return type
 -- changes, so it and the view on it are made again by functions/.
 DROP VIEW outbox.backfill_status;
 DROP FUNCTION outbox._backfill_status();
+
+-- A cross-silo reference from an unregistered table outside public is named
+-- with its schema in its watermark keys (they were shared with a table of
+-- the same name elsewhere).  Its walks start again from the smallest id
+-- under the new keys, which is safe (a walk only finds rows to change); the
+-- old keys are left where they are.
+UPDATE outbox.registered_foreign_keys f
+   SET table_key = n.nspname || '.' || c.relname
+  FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace
+ WHERE c.oid = f.relid AND n.nspname <> 'public'
+   AND NOT EXISTS (SELECT FROM outbox.registered_tables r WHERE r.relid = f.relid);

@@ -18,6 +18,7 @@
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
+#include "pg/subtransaction.hpp"
 #include "stats/stats.hpp"
 
 extern "C" {
@@ -223,7 +224,7 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
     *throttled = false;
     // Locked before anything is read of it, and to the end of the
     // transaction: a concurrent DROP waits, or has already happened.
-    Relation rel = try_relation_open(relid, AccessShareLock);
+    Relation rel = pg::open_user_table(relid, AccessShareLock);
     if (rel == nullptr)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("tbl: relation with OID %u does not exist", relid)));
@@ -314,30 +315,47 @@ OUTBOX_FUNCTION(outbox_process_backfill_batch) {
 }
 
 // outbox._table_id_range(tbl, OUT min_id, OUT max_id), behind
-// outbox.backfill_status (which pg_monitor members read): the smallest and
-// largest id, read as the table's owner like a batch; NULLs for an empty
-// table, or one dropped meanwhile.
+// outbox.backfill_status and outbox.foreign_keys (which pg_monitor members
+// read): the smallest and largest id, read as the table's owner like a
+// batch; NULLs for an empty table, or one dropped meanwhile, and, with a
+// WARNING, for one whose lock or owner code passed its bound
+// (pg/run_as.hpp): one tenant's table does not make the views fail.
 OUTBOX_FUNCTION(outbox__table_id_range) {
     TupleDesc desc;
     if (get_call_result_type(fcinfo, nullptr, &desc) != TYPEFUNC_COMPOSITE)
         elog(ERROR, "pg_outbox: _table_id_range must return a composite");
     Datum values[2] = {0, 0};
     bool nulls[2] = {true, true};
-    Relation rel = PG_ARGISNULL(0) ? nullptr : try_relation_open(PG_GETARG_OID(0), AccessShareLock);
-    if (rel != nullptr) {
-        char *table = pg::qualified_name(rel);
-        pg::refuse_forced_row_security(rel);
-        // int8 values are passed by value: they outlive the SPI connection.
-        pg::spi_run_as(pg::table_owner_role(rel), "reading the id range",
-                       psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
-                                " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
-                                table),
-                       0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
-                           for (int i = 0; i < 2; i++)
-                               values[i] = SPI_getbinval(SPI_tuptable->vals[0],
-                                                         SPI_tuptable->tupdesc, i + 1, &nulls[i]);
-                       });
-        relation_close(rel, NoLock);
+    if (PG_ARGISNULL(0))
+        return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
+    Oid relid = PG_GETARG_OID(0);
+    ErrorData *error = pg::in_subtransaction(
+        [&] {
+            Relation rel = pg::open_user_table(relid, AccessShareLock);
+            if (rel == nullptr)
+                return;
+            char *table = pg::qualified_name(rel);
+            pg::refuse_forced_row_security(rel);
+            // int8 values are passed by value: they outlive the SPI connection.
+            pg::spi_run_as(pg::table_owner_role(rel), "reading the id range",
+                           psprintf("SELECT pg_catalog.min(t.id)::pg_catalog.int8,"
+                                    " pg_catalog.max(t.id)::pg_catalog.int8 FROM %s t",
+                                    table),
+                           0, nullptr, nullptr, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                               for (int i = 0; i < 2; i++)
+                                   values[i] =
+                                       SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc,
+                                                     i + 1, &nulls[i]);
+                           });
+            relation_close(rel, NoLock);
+        },
+        pg::owner_bound_passed);
+    if (error != nullptr) {
+        ereport(WARNING, (errcode(error->sqlerrcode),
+                          errmsg("pg_outbox: the id range of table with OID %u is unknown: %s",
+                                 relid, error->message)));
+        values[0] = values[1] = 0;
+        nulls[0] = nulls[1] = true;
     }
     return HeapTupleGetDatum(heap_form_tuple(BlessTupleDesc(desc), values, nulls));
 }

@@ -48,7 +48,7 @@ OUTBOX_FUNCTION(outbox_plan_backfill) {
         elog(ERROR, "pg_outbox: plan_backfill must return a composite");
     MemoryContext caller = CurrentMemoryContext;
     Oid relid = PG_GETARG_OID(0);
-    Relation rel = try_relation_open(relid, AccessShareLock);
+    Relation rel = pg::open_user_table(relid, AccessShareLock);
     if (rel == nullptr)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("tbl: relation with OID %u does not exist", relid)));

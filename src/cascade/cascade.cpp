@@ -122,6 +122,27 @@ bool id_range(pg::RunAsRole role, const char *table, bool with_min, int64 *min_i
     return has_rows;
 }
 
+// The smallest id of table above low, as role, or nullopt: where a walk's
+// next batch starts, so that a sparse table (ids 1 and 10^15) is walked in
+// a few batches, not one per batch_size ids of empty range.
+std::optional<int64_t> next_id(pg::RunAsRole role, const char *table, int64 low) {
+    std::optional<int64_t> next;
+    Oid types[1] = {INT8OID};
+    Datum args[1] = {Int64GetDatum(low)};
+    pg::spi_run_as(
+        role, "reading the next id",
+        psprintf("SELECT t.id::pg_catalog.int8 FROM %s t WHERE t.id OPERATOR(pg_catalog.>) $1"
+                 " ORDER BY t.id LIMIT 1",
+                 table),
+        1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64 rows) {
+            bool isnull;
+            if (rows == 1)
+                next = DatumGetInt64(
+                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+        });
+    return next;
+}
+
 // The distinct parent ids (a bigint[]) that sql returns in its first column,
 // as role, with its parameters.
 Datum parent_ids(pg::RunAsRole role, const char *what, const char *sql, int nargs, Oid *types,
@@ -334,12 +355,20 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
     bool row_walk = strcmp(prefix, "row") == 0;
     int64 min_id = 0, max_id = 0;
     bool with_min = watermark.low == 0; // as plan_watermark_batch
-    bool has_rows =
-        row_walk ? id_range(pg::table_owner_role(fk->rel), fk->table, with_min, &min_id, &max_id)
-                 : id_range(pg::extension_owner_role, fk->tombstones, with_min, &min_id, &max_id);
-    WatermarkBatch batch = plan_watermark_batch(
-        watermark.low, has_rows ? std::optional<int64_t>(min_id) : std::nullopt,
-        has_rows ? std::optional<int64_t>(max_id) : std::nullopt, batch_size);
+    pg::RunAsRole role = row_walk ? pg::table_owner_role(fk->rel) : pg::extension_owner_role;
+    const char *walked = row_walk ? fk->table : fk->tombstones;
+    bool has_rows = id_range(role, walked, with_min, &min_id, &max_id);
+    // Over an empty range to the next id (nothing is there to change); the
+    // ids jumped over are not counted against the budget.
+    int64 low = watermark.low;
+    if (has_rows && low != 0 && low < max_id) {
+        std::optional<int64_t> next = next_id(role, walked, low);
+        if (next && *next - 1 > low)
+            low = *next - 1;
+    }
+    WatermarkBatch batch =
+        plan_watermark_batch(low, has_rows ? std::optional<int64_t>(min_id) : std::nullopt,
+                             has_rows ? std::optional<int64_t>(max_id) : std::nullopt, batch_size);
     if (batch.low >= batch.up)
         return batch.has_more; // no work: the watermark stays as it is
     Datum ids;
@@ -389,7 +418,7 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
 bool cascade_step(Oid relid, const char *column_name, int32 batch_size, int64 *ids_covered) {
     // Locked before anything is read of it, and to the end of the
     // transaction: a concurrent DROP waits, or has already happened.
-    Relation rel = try_relation_open(relid, RowExclusiveLock);
+    Relation rel = pg::open_user_table(relid, RowExclusiveLock);
     if (rel == nullptr)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                         errmsg("tbl: relation with OID %u does not exist", relid)));

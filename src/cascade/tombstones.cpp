@@ -2,92 +2,192 @@
 
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
+#include "pg/subtransaction.hpp"
 
 namespace pgoutbox {
 
-Datum gone_ids(const SoleTable *table, const int64 *ids, int n) {
-    if (n == 0)
-        return (Datum)0;
-    Relation rel = try_relation_open(table->relid, AccessShareLock);
-    if (rel == nullptr)
-        return (Datum)0;
-    if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity) {
-        relation_close(rel, AccessShareLock);
-        return (Datum)0;
+namespace {
+
+// Errors that are not the table's: the caller's work fails and is retried.
+bool raised_through(const ErrorData *error) {
+    switch (error->sqlerrcode) {
+    case ERRCODE_QUERY_CANCELED:
+        return !pg::owner_bound_passed(error);
+    case ERRCODE_T_R_DEADLOCK_DETECTED:
+    case ERRCODE_T_R_SERIALIZATION_FAILURE:
+    case ERRCODE_OUT_OF_MEMORY:
+        return true;
+    default:
+        return ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_OPERATOR_INTERVENTION ||
+               ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_INSUFFICIENT_RESOURCES;
     }
-    auto *items = (Datum *)palloc(sizeof(Datum) * n);
-    for (int i = 0; i < n; i++)
-        items[i] = Int64GetDatum(ids[i]);
-    Oid types[1] = {INT8ARRAYOID};
-    Datum args[1] = {PointerGetDatum(construct_array(items, n, INT8OID, 8, true, TYPALIGN_DOUBLE))};
-    // The read runs the owner's code as the owner, and the owner may have
-    // made it fail (no SELECT for itself, a failing index expression): in a
-    // subtransaction of its own, so that only this table's tombstones are
-    // lost, with a WARNING, and the batch that delivers everyone's messages
-    // goes on.  It writes nothing, so it takes no subtransaction XID.
+}
+
+Datum find_gone(Relation rel, const int64 *ids, int n) {
     MemoryContext caller = CurrentMemoryContext;
-    ResourceOwner owner = CurrentResourceOwner;
-    volatile Datum gone = (Datum)0;
-    BeginInternalSubTransaction(nullptr);
-    MemoryContextSwitchTo(caller);
-    PG_TRY();
-    {
-        // The latest snapshot: a read-only statement runs with the active
-        // one, which the caller may have taken before the deletion whose
-        // message was just delivered committed (a worker's batch
-        // transaction starts before the pass reads the next partition).
-        PushActiveSnapshot(GetLatestSnapshot());
-        pg::spi_run_as(
-            pg::table_owner_role(rel), "finding deleted rows",
-            psprintf("SELECT pg_catalog.array_agg(x) FROM pg_catalog.unnest($1) x"
-                     " WHERE NOT EXISTS (SELECT FROM %s t WHERE t.id OPERATOR(pg_catalog.=) x)",
-                     pg::qualified_name(rel)),
-            1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
-                bool isnull;
-                Datum value =
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-                if (isnull)
-                    return;
-                MemoryContext old = MemoryContextSwitchTo(caller);
-                gone = PointerGetDatum(DatumGetArrayTypePCopy(value));
-                MemoryContextSwitchTo(old);
-            });
-        PopActiveSnapshot();
-        ReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(caller);
-        CurrentResourceOwner = owner;
-    }
-    PG_CATCH();
-    {
-        pg::forget_abandoned_frames();
-        MemoryContextSwitchTo(caller);
-        ErrorData *error = CopyErrorData();
-        FlushErrorState();
-        RollbackAndReleaseCurrentSubTransaction();
-        MemoryContextSwitchTo(caller);
-        CurrentResourceOwner = owner;
-        ereport(WARNING, (errmsg("pg_outbox: no tombstones recorded for %s: %s", table->table_key,
-                                 error->message),
-                          errdetail("Its rows could not be read as its owner.")));
-        FreeErrorData(error);
-        gone = (Datum)0;
-    }
-    PG_END_TRY();
-    relation_close(rel, NoLock);
+    Oid types[1] = {INT8ARRAYOID};
+    Datum args[1] = {pg::int8_array(ids, n)};
+    Datum gone = (Datum)0;
+    // The latest snapshot: a read-only statement runs with the active
+    // one, which the caller may have taken before the deletion whose
+    // message was just delivered committed (a worker's batch transaction
+    // starts before the pass reads the next partition).
+    PushActiveSnapshot(GetLatestSnapshot());
+    pg::spi_run_as(
+        pg::table_owner_role(rel), "finding deleted rows",
+        psprintf("SELECT pg_catalog.array_agg(x) FROM pg_catalog.unnest($1) x"
+                 " WHERE NOT EXISTS (SELECT FROM %s t WHERE t.id OPERATOR(pg_catalog.=) x)",
+                 pg::qualified_name(rel)),
+        1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+            bool isnull;
+            Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
+            if (isnull)
+                return;
+            MemoryContext old = MemoryContextSwitchTo(caller);
+            gone = PointerGetDatum(DatumGetArrayTypePCopy(value));
+            MemoryContextSwitchTo(old);
+        });
+    PopActiveSnapshot();
     return gone;
 }
 
-void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
-    Datum gone = gone_ids(table, ids, n);
-    if (gone == (Datum)0)
-        return;
-    Oid insert_types[2] = {TEXTOID, INT8ARRAYOID};
-    Datum insert_args[2] = {CStringGetTextDatum(table->table_key), gone};
+void insert_tombstones(const SoleTable *table, Datum gone) {
+    Oid types[2] = {TEXTOID, INT8ARRAYOID};
+    Datum args[2] = {CStringGetTextDatum(table->table_key), gone};
     pg::spi_run_as(pg::extension_owner_role, "recording tombstones",
                    psprintf("INSERT INTO outbox.%s (table_name, object_identifier)"
                             " SELECT $1, pg_catalog.unnest($2) ON CONFLICT DO NOTHING",
                             table->control ? "cell_tombstone" : "control_tombstone"),
-                   2, insert_types, insert_args, nullptr, false, 0, SPI_OK_INSERT);
+                   2, types, args, nullptr, false, 0, SPI_OK_INSERT);
+}
+
+void keep_checks(const char *table_key, bool control, const int64 *ids, int n, const char *error) {
+    Oid types[4] = {TEXTOID, BOOLOID, INT8ARRAYOID, TEXTOID};
+    Datum args[4] = {CStringGetTextDatum(table_key), BoolGetDatum(control), pg::int8_array(ids, n),
+                     CStringGetTextDatum(error)};
+    pg::spi_run_as(pg::extension_owner_role, "keeping tombstone checks",
+                   "INSERT INTO outbox.tombstone_checks AS c"
+                   " (table_key, control, object_identifier, error)"
+                   " SELECT $1, $2, pg_catalog.unnest($3), $4"
+                   " ON CONFLICT (table_key, control, object_identifier) DO UPDATE"
+                   " SET error = excluded.error, attempts = c.attempts + 1",
+                   4, types, args, nullptr, false, 0, SPI_OK_INSERT);
+}
+
+const SoleTable *sole_table(const char *table_key, bool control) {
+    const Registry *registry = registry_get();
+    for (int t = 0; t < registry->nsole_tables; t++) {
+        const SoleTable *table = &registry->sole_tables[t];
+        if (table->control == control && strcmp(table->table_key, table_key) == 0)
+            return table;
+    }
+    return nullptr;
+}
+
+} // namespace
+
+bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error) {
+    *gone = (Datum)0;
+    if (n == 0)
+        return true;
+    // In a subtransaction of its own, which also covers the lock: only this
+    // table's check fails, and the batch that delivers everyone's messages
+    // goes on.  It writes nothing, so it takes no subtransaction XID.
+    ErrorData *failure = pg::in_subtransaction(
+        [&] {
+            Relation rel = pg::open_user_table(table->relid, AccessShareLock);
+            if (rel == nullptr)
+                return;
+            if (!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity))
+                *gone = find_gone(rel, ids, n);
+            relation_close(rel, NoLock);
+        },
+        [](const ErrorData *caught) { return !raised_through(caught); });
+    if (failure == nullptr)
+        return true;
+    *error = pstrdup(failure->message ? failure->message : "the read failed");
+    FreeErrorData(failure);
+    *gone = (Datum)0;
+    return false;
+}
+
+void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
+    Datum gone;
+    char *error;
+    if (!gone_ids(table, ids, n, &gone, &error)) {
+        ereport(WARNING,
+                (errmsg("pg_outbox: tombstone check of %s failed: %s", table->table_key, error),
+                 errdetail("Its %d objects wait in outbox.tombstone_checks and are "
+                           "checked again.",
+                           n)));
+        keep_checks(table->table_key, table->control, ids, n, error);
+        return;
+    }
+    if (gone != (Datum)0)
+        insert_tombstones(table, gone);
+}
+
+int tables_with_checks(MemoryContext context, char ***table_keys, bool **control) {
+    int n = (int)pg::spi_run_as(
+        pg::extension_owner_role, "listing tombstone checks",
+        "SELECT DISTINCT c.table_key, c.control FROM outbox.tombstone_checks c ORDER BY 1, 2", 0,
+        nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
+            MemoryContext old = MemoryContextSwitchTo(context);
+            *table_keys = (char **)palloc(sizeof(char *) * Max(rows, 1));
+            *control = (bool *)palloc(sizeof(bool) * Max(rows, 1));
+            for (uint64 i = 0; i < rows; i++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[i];
+                (*table_keys)[i] = SPI_getvalue(row, SPI_tuptable->tupdesc, 1);
+                (*control)[i] = DatumGetBool(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+            }
+            MemoryContextSwitchTo(old);
+        });
+    return n;
+}
+
+bool retry_tombstone_checks(const char *table_key, bool control, char **error) {
+    MemoryContext caller = CurrentMemoryContext;
+    Oid types[2] = {TEXTOID, BOOLOID};
+    Datum args[2] = {CStringGetTextDatum(table_key), BoolGetDatum(control)};
+    int64 *ids = nullptr;
+    int n = 0;
+    // Locked, so that two workers (or a worker and outbox.retry_tombstone_checks
+    // in a session) never ask for the same ids at once.
+    pg::spi_run_as(pg::extension_owner_role, "reading tombstone checks",
+                   "SELECT c.object_identifier FROM outbox.tombstone_checks c"
+                   " WHERE c.table_key = $1 AND c.control = $2 FOR UPDATE SKIP LOCKED",
+                   2, types, args, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 rows) {
+                       MemoryContext old = MemoryContextSwitchTo(caller);
+                       ids = (int64 *)palloc(sizeof(int64) * Max(rows, 1));
+                       MemoryContextSwitchTo(old);
+                       for (uint64 i = 0; i < rows; i++) {
+                           bool isnull;
+                           ids[n++] = DatumGetInt64(SPI_getbinval(
+                               SPI_tuptable->vals[i], SPI_tuptable->tupdesc, 1, &isnull));
+                       }
+                   });
+    if (n == 0)
+        return true;
+    const SoleTable *table = sole_table(table_key, control);
+    Datum gone = (Datum)0;
+    if (table == nullptr) {
+        ereport(WARNING, (errmsg("pg_outbox: %d tombstone checks of %s forgotten", n, table_key),
+                          errdetail("The table is no longer the only one registered under its "
+                                    "category: its rows' messages say nothing of deletions.")));
+    } else if (!gone_ids(table, ids, n, &gone, error)) {
+        keep_checks(table_key, control, ids, n, *error);
+        return false;
+    }
+    if (gone != (Datum)0)
+        insert_tombstones(table, gone);
+    Datum delete_args[3] = {args[0], args[1], pg::int8_array(ids, n)};
+    Oid delete_types[3] = {TEXTOID, BOOLOID, INT8ARRAYOID};
+    pg::spi_run_as(pg::extension_owner_role, "forgetting tombstone checks",
+                   "DELETE FROM outbox.tombstone_checks c WHERE c.table_key = $1"
+                   " AND c.control = $2 AND c.object_identifier = ANY ($3)",
+                   3, delete_types, delete_args, nullptr, false, 0, SPI_OK_DELETE);
+    return true;
 }
 
 } // namespace pgoutbox

@@ -7,16 +7,33 @@
 
 namespace pgoutbox {
 
+// Of the n ids, those table has no row for, in *gone (an int8[] in the
+// caller's memory context, or 0 for none); a table dropped meanwhile, or
+// one that forces row-level security on its owner (the read could not tell
+// a hidden row from a deleted one), has none.  The table is read as its
+// owner, under the bounds of pg/run_as.hpp.  False, with *error, when the
+// read failed for a reason of the table's: its lock or its owner's code
+// passed its bound, the owner cannot read it, the owner's code failed.  A
+// cancel of the caller's, a deadlock, a serialization failure or a shutdown
+// is raised: those are not the table's, and the caller's work is retried.
+bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error);
+
 // Records a tombstone for each of the n ids that table has no row for any
 // more: in cell_tombstone for a control table, in control_tombstone for a
-// cell table; one already there is kept.  The table is read as its owner; a
-// table dropped meanwhile, one that forces row-level security on its owner
-// (the read could not tell a hidden row from a deleted one), or one its owner
-// cannot read (a WARNING then) records nothing.
+// cell table; one already there is kept.  When the read fails (gone_ids),
+// the ids wait in outbox.tombstone_checks, with a WARNING, for
+// retry_tombstone_checks(): a tombstone is never dropped.
 void record_tombstones(const SoleTable *table, const int64 *ids, int n);
 
-// Of the n ids, those table has no row for (an int8[] in the caller's
-// memory context), or 0 for none or when it records nothing (above).
-Datum gone_ids(const SoleTable *table, const int64 *ids, int n);
+// The tables (table_key and silo, allocated in context) that have ids in
+// outbox.tombstone_checks.  Inside SPI.
+int tables_with_checks(MemoryContext context, char ***table_keys, bool **control);
+
+// Asks again for the ids of table_key waiting in outbox.tombstone_checks:
+// those whose row is gone get their tombstone, those whose row is there are
+// forgotten, and all stay when the read fails again (their error and attempts
+// updated; the function returns false, with *error).  Ids of a table no
+// longer registered alone under its category are forgotten with a WARNING.
+bool retry_tombstone_checks(const char *table_key, bool control, char **error);
 
 } // namespace pgoutbox

@@ -363,6 +363,17 @@ int64 lease_usecs_argument(FunctionCallInfo fcinfo, int n) {
             (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
              errmsg("lease must be more than 0 and at most 1 day, not %s",
                     DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(lease))))));
+    // A claimed shard holds every category's messages in it (per-shard
+    // order spans categories): a consumer of one category may not hold the
+    // others' for longer than the operator allows.
+    if (usecs > (int64)max_lease_s * USECS_PER_SEC)
+        ereport(
+            ERROR,
+            (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+             errmsg("lease must be at most outbox.max_lease (%d s), not %s", max_lease_s,
+                    DatumGetCString(DirectFunctionCall1(interval_out, IntervalPGetDatum(lease)))),
+             errhint("Claim again before the lease ends, or ask the operator to raise "
+                     "outbox.max_lease.")));
     return usecs;
 }
 

@@ -328,6 +328,12 @@ int coalesce(const DrainBatch *batch, RowNow *now_rows, Message *messages) {
 // handler timeouts) without end.
 bool in_handler = false;
 
+} // namespace
+
+const char *handler_search_path = nullptr;
+
+namespace {
+
 TimeoutId handler_timeout_id = MAX_TIMEOUTS;
 volatile sig_atomic_t handler_timed_out = false;
 
@@ -442,6 +448,9 @@ bool call_handler(Handler *handler, Datum message, char **error) {
         int saved_context;
         GetUserIdAndSecContext(&saved_user, &saved_context);
         int level = NewGUCNestLevel();
+        if (handler_search_path != nullptr)
+            (void)set_config_option("search_path", handler_search_path, PGC_USERSET, PGC_S_SESSION,
+                                    GUC_ACTION_SAVE, true, 0, false);
         SetUserIdAndSecContext(handler->owner, saved_context | SECURITY_LOCAL_USERID_CHANGE);
         // Not FunctionCall1: a void SQL-language function returns NULL.
         LOCAL_FCINFO(call, 1);

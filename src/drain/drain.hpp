@@ -96,6 +96,11 @@ struct DrainBatch {
 
 // Rows a drainer holds at once (outbox.drain_batch_size).
 extern int drain_batch_size;
+
+// In the worker, the search_path its handlers run with: the one it started
+// with (the database's and role's default), while its own SQL runs with
+// pg_catalog, pg_temp.  NULL elsewhere: handlers get the caller's.
+extern const char *handler_search_path;
 // Shards one batch claims, at most: each claim is a lock held to the end of
 // the transaction, and the lock table is finite.
 constexpr int drain_max_shards = 1000;

@@ -217,7 +217,7 @@ bool read_next_partition(DrainPass *pass) {
         SPI_freetuptable(SPI_tuptable);
     }
     SPI_cursor_close(portal);
-    AtEOXact_GUC(true, level);
+    AtEOXact_GUC(false, level); // work_mem, and whatever the read's code set
     PopActiveSnapshot();
     pass->partition_filenode = partition_filenode(pass->partition_relid);
     MemoryContextSwitchTo(caller);

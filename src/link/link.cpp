@@ -351,7 +351,14 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         for (int m = 0; m < n; m++)
             if (category_ids[m] == table->category)
                 ids[k++] = object_ids[m];
-        Datum array = gone_ids(table, ids, k);
+        // A check that fails keeps the batch here (the round fails and is
+        // retried with the link's backoff): its tombstones must travel with
+        // its messages, and the other side takes none without them.
+        Datum array;
+        char *error;
+        if (!gone_ids(table, ids, k, &array, &error))
+            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                            errmsg("tombstone check of %s failed: %s", table->table_key, error)));
         if (array == (Datum)0)
             continue;
         Datum *items;

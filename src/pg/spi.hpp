@@ -17,8 +17,10 @@ uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *
 // The same through a plan prepared once per session and kept in *plan (a
 // statement run on every call: planning it each time would cost more than
 // running it).  Its SQL must not change between calls, and must name what
-// it reads with qualified names: it is planned again, with the search_path
-// it was prepared with, when what it reads changes.
+// it reads with qualified names and its operators by schema (or run only
+// where search_path is pinned: the worker, a RunAs scope): since PostgreSQL
+// 9.3 a kept plan is analysed again with the current search_path whenever
+// what it reads changes, not with the one it was prepared with.
 uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
                     Datum *values, const char *nulls, bool read_only, int expected);
 

@@ -23,6 +23,7 @@
 #include "backfill/backfill_batch.hpp"
 #include "backfill/backfill_walk.hpp"
 #include "cascade/cascade.hpp"
+#include "cascade/tombstones.hpp"
 #include "drain/compaction.hpp"
 #include "drain/drain.hpp"
 #include "drain/drain_pass.hpp"
@@ -372,11 +373,13 @@ void backfill(int64 budget) {
     SpinLockRelease(&worker_shared->mutex);
 }
 
-// The cross-silo cascade (cascade/): each registered reference in turn, a
-// step (one transaction) at a time, until it has nothing more or budget ids
-// are covered.  Returns the ids covered: steps without work cost nothing.
+// The cross-silo cascade (cascade/): a step (one transaction) of each
+// registered reference in turn, until none has more or budget ids are
+// covered.  Returns the ids covered: steps without work cost nothing.
 // A failing cursor store pauses it with the backfill; a failing reference
 // (a hostile trigger, a dropped index) pauses its table's cascade.
+uint32 cascade_turn = 0;
+
 int64 cascade(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (budget <= 0 || (backfill_paused && now < backfill_retry_at))
@@ -388,15 +391,22 @@ int64 cascade(int64 budget) {
     in_transaction(
         "pg_outbox: listing foreign keys",
         [&] { n = registered_foreign_keys(cycle_context, &tables, &columns, &names); }, nullptr);
+    // Round-robin, a step of each reference in turn, from a reference that
+    // moves on every call: one busy table cannot take the whole budget
+    // while the others' tombstones wait.
     int64 used = 0;
-    for (int i = 0; i < n && used < budget; i++) {
-        TablePause *pause = table_pause(tables[i], false);
-        if (pause != nullptr && now < pause->retry_at)
-            continue;
-        bool more = true;
-        while (more && used < budget) {
+    auto *done = (bool *)palloc0(sizeof(bool) * Max(n, 1));
+    int first = n > 0 ? (int)(cascade_turn++ % (uint32)n) : 0;
+    for (bool going = true; going && used < budget;) {
+        going = false;
+        for (int k = 0; k < n && used < budget; k++) {
+            int i = (first + k) % n;
+            TablePause *pause = table_pause(tables[i], false);
+            if (done[i] || (pause != nullptr && now < pause->retry_at))
+                continue;
             CHECK_FOR_INTERRUPTS();
             int64 ids = 0;
+            bool more = false;
             ErrorData *error = nullptr;
             bool ok = in_transaction(
                 "pg_outbox: cascading",
@@ -410,12 +420,56 @@ int64 cascade(int64 budget) {
                 }
                 table_failed("cascade", tables[i], names[i], error);
                 FreeErrorData(error);
-                break;
+                done[i] = true;
+                continue;
             }
             used = saturating_add(used, ids);
+            done[i] = !more;
+            going = going || more;
         }
     }
     return used;
+}
+
+// The tombstone checks that failed when their messages were delivered
+// (cascade/tombstones.hpp), asked again at most every 5 s, each table in a
+// transaction of its own: a table whose check fails again is reported and
+// waits for the next try; the others go on.
+// A failure doubles the pause, up to a minute; a round without one resets it.
+TimestampTz checks_retried_at = 0;
+int checks_retry_ms = 5000;
+
+void retry_checks(TimestampTz now) {
+    if (!TimestampDifferenceExceeds(checks_retried_at, now, checks_retry_ms))
+        return;
+    checks_retried_at = now;
+    bool all_ok = true;
+    char **keys = nullptr;
+    bool *control = nullptr;
+    int n = 0;
+    in_transaction(
+        "pg_outbox: listing tombstone checks",
+        [&] { n = tables_with_checks(cycle_context, &keys, &control); }, nullptr);
+    for (int i = 0; i < n; i++) {
+        CHECK_FOR_INTERRUPTS();
+        char *error = nullptr;
+        bool ok = true;
+        (void)in_transaction(
+            "pg_outbox: checking tombstones again",
+            [&] {
+                ok = retry_tombstone_checks(keys[i], control[i], &error);
+                if (!ok) // it outlives the transaction
+                    error = MemoryContextStrdup(cycle_context, error);
+            },
+            nullptr);
+        if (!ok) {
+            char what[128];
+            snprintf(what, sizeof what, "tombstone check of %s", keys[i]);
+            record_error(what, error);
+            all_ok = false;
+        }
+    }
+    checks_retry_ms = all_ok ? 5000 : Min(checks_retry_ms * 2, 60000);
 }
 
 // Hands each linked destination's due messages over (link/link.hpp), a
@@ -506,6 +560,7 @@ bool cycle() {
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
     scheduled += drain_pass(cell, control, &delivered);
     delivered += send_links(ntargets, targets);
+    retry_checks(start);
     // What other clusters handed over, kept for outbox.inbox_retention;
     // looked at once a minute (received rows: only when linked).
     if ((receives_cell || receives_control) &&
@@ -626,6 +681,11 @@ void outbox_worker_main(Datum) {
     // crash only delivers the messages again (handlers are idempotent), so
     // the worker does not wait for its WAL to reach disk.
     SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Its own SQL resolves every name and operator in pg_catalog first and
+    // in no schema a user can create in (SPEC section 9), whatever the
+    // database's default; its handlers keep that default.
+    handler_search_path = MemoryContextStrdup(TopMemoryContext, namespace_search_path);
+    SetConfigOption("search_path", "pg_catalog, pg_temp", PGC_SUSET, PGC_S_OVERRIDE);
 
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->pid = MyProcPid;

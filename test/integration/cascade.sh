@@ -59,7 +59,7 @@ q -c "DELETE FROM auth_user WHERE id = 101" >/dev/null
 check "a corrupted watermark: the view says so" wait_for 30 \
     "SELECT state FROM outbox.foreign_keys" watermark_unavailable
 check "and the worker reports it" wait_for 30 \
-    "SELECT last_error LIKE 'cascade of member: cascade watermark%not [low%' FROM outbox.worker_status" t
+    "SELECT last_error LIKE 'cascade of public.member: cascade watermark%not [low%' FROM outbox.worker_status" t
 check "the members of the user are still there" [ "$(members_of 101 101)" = 20 ]
 redis-cli -p "$REDIS_PORT" DEL tombstone.member.user_id >/dev/null
 check "a missing watermark starts again, and the cascade catches up" wait_for 90 \

@@ -82,7 +82,7 @@ redis-cli -p "$REDIS_PORT" SET outbox_backfill.broken 'garbage' >/dev/null
 # (Up to a minute: under the sanitizers the worker is several times slower.)
 for _ in $(seq 600); do
     [ "$(q -c "SELECT count(*) FROM outbox.backfill_status WHERE state = 'complete'")" = 2 ] &&
-        grep -q 'backfill of broken failed' "$CLUSTER_DIR/server.log" && break
+        grep -q 'backfill of public.broken failed' "$CLUSTER_DIR/server.log" && break
     sleep 0.1
 done
 q -c "SELECT string_agg(table_key || ':' || state, ' ' ORDER BY table_key) FROM outbox.backfill_status" >&2
@@ -92,8 +92,8 @@ check "the owner's predicate ran as the owner, restricted" \
     [ "$(q -c "SELECT string_agg(DISTINCT who || ':' || super, ',') FROM own.seen")" = "owner_role:false" ]
 check "and the owner did not become superuser" [ "$(q -c "SELECT rolsuper FROM pg_roles WHERE rolname = 'owner_role'")" = f ]
 check "nothing lost: 800 rows backfilled" [ "$(q -c "SELECT count(DISTINCT (category, object_identifier, shard_identifier)) FROM outbox.cell_outbox")" = 800 ]
-check "the failing table is named in the log" grep -q 'pg_outbox worker: backfill of broken failed: backfill cursor at Redis key "outbox_backfill.broken"' "$CLUSTER_DIR/server.log"
-check "and in worker_status" bash -c "q() { psql -X -q -tA \"\$@\"; }; q -c \"SELECT last_error FROM outbox.worker_status\" | grep -q 'backfill of broken'"
+check "the failing table is named in the log" grep -q 'pg_outbox worker: backfill of public.broken failed: backfill cursor at Redis key "outbox_backfill.broken"' "$CLUSTER_DIR/server.log"
+check "and in worker_status" bash -c "q() { psql -X -q -tA \"\$@\"; }; q -c \"SELECT last_error FROM outbox.worker_status\" | grep -q 'backfill of public.broken'"
 check "the backfill was not paused for everyone" [ "$(q -c "SELECT backfill_paused FROM outbox.worker_status")" = f ]
 
 # A repeated error: the worker's memory stays flat.  The handler fails and

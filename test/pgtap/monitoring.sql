@@ -6,7 +6,8 @@ SELECT plan(49);
 
 SELECT columns_are('outbox', 'shard_depth', ARRAY['silo', 'shard_scope', 'shard_identifier',
     'cell_name', 'depth', 'oldest_date_added', 'next_scheduled_for', 'last_error',
-    'last_error_at', 'attempts', 'state', 'category', 'object_identifier', 'dead_letters']);
+    'last_error_at', 'attempts', 'state', 'category', 'object_identifier', 'dead_letters',
+    'claimed_by', 'claimed_until']);
 SELECT columns_are('outbox', 'backfill_status', ARRAY['table_key', 'relation', 'silo',
     'coded_version', 'option_version', 'effective_version', 'cursor_lower_bound',
     'cursor_version', 'max_id', 'fraction_done', 'state', 'eta_at_budget']);

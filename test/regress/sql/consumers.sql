@@ -50,6 +50,10 @@ SELECT message_number, silo, shard_identifier, cell_name, category, object_ident
 SELECT count(DISTINCT claim) FROM got;
 SELECT * FROM claims;
 SELECT shard_identifier, depth, state FROM outbox.shard_depth ORDER BY shard_identifier;
+-- Who holds a claimed shard, and until when.
+SELECT shard_identifier, state, claimed_by,
+       claimed_until BETWEEN now() + interval '50 s' AND now() + interval '1 minute' AS lease
+  FROM outbox.shard_depth ORDER BY shard_identifier;
 SELECT outbox.metrics() ~ 'pg_outbox_shards_claimed\{silo="cell"\} 1' AS claimed_counted;
 INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute');
 SELECT shard_identifier, message_number, object_identifier, payload FROM got ORDER BY shard_identifier, message_number;
@@ -170,6 +174,13 @@ SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''0 seconds'')');
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''-1 second'')');
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''25 hours'')');
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 month'')');
+-- A lease has a ceiling, outbox.max_lease (5 minutes by default): a claim
+-- of one category holds every category's messages of the shard.
+SELECT current_setting('outbox.max_lease') AS max_lease;
+SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''5 minutes 1 second'')');
+BEGIN;
+SELECT count(*) >= 0 AS five_minutes_granted FROM outbox.claim(1, '5 minutes');
+ROLLBACK;
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{}'')');
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{org_update,NULL}'')');
 SELECT pg_temp.err('SELECT * FROM outbox.claim(10, ''1 minute'', ''{nope}'')');
