@@ -157,7 +157,8 @@ CREATE OR REPLACE FUNCTION outbox._watermark_peek(key text, OUT low bigint,
 -- its owner; the tombstones); the tombstones of its parent table above the
 -- tombstone watermark and the age of the oldest of them (Sentry's
 -- processing lag); and its state: pending (tombstones above the
--- watermark), idle (caught up) or watermark_unavailable (the cursor store
+-- watermark), idle (caught up), failing (its last step failed: the worker
+-- retries it when its pause ends) or watermark_unavailable (the cursor store
 -- is down, or a value is not a watermark: see
 -- outbox.worker_status.last_error).
 CREATE OR REPLACE FUNCTION outbox._foreign_keys()
@@ -218,6 +219,7 @@ BEGIN
         tombstone_delta := greatest(coalesce(tombstone_delta, 0), 0);
         processing_lag := coalesce(processing_lag, interval '0');
         state := CASE WHEN NOT readable THEN 'watermark_unavailable'
+                      WHEN f.relid::oid = ANY (outbox._tables_failing('cascade')) THEN 'failing'
                       WHEN pending_tombstones > 0 THEN 'pending' ELSE 'idle' END;
         RETURN NEXT;
     END LOOP;

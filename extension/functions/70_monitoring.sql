@@ -88,6 +88,11 @@ CREATE OR REPLACE FUNCTION outbox._table_id_range(tbl regclass, OUT min_id bigin
 CREATE OR REPLACE FUNCTION outbox._backfill_throttled() RETURNS oid[]
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__backfill_throttled';
 
+-- Tables whose backfill or cascade (job) the worker holds back after a
+-- failure, until its pause ends (src/worker/worker.cpp).
+CREATE OR REPLACE FUNCTION outbox._tables_failing(job text) RETURNS oid[]
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__tables_failing';
+
 CREATE OR REPLACE FUNCTION outbox._backfill_status()
 RETURNS TABLE (table_key text, relation regclass, silo text, coded_version int,
                option_version int, effective_version int, cursor_lower_bound bigint,
@@ -104,6 +109,7 @@ DECLARE
     lower bigint;
     version int;
     throttled oid[] := outbox._backfill_throttled();
+    failing oid[] := outbox._tables_failing('backfill');
 BEGIN
     FOR r IN SELECT t.table_key, t.relid, t.silo, t.replication_version
                FROM outbox.registered_tables t ORDER BY t.table_key LOOP
@@ -160,6 +166,11 @@ BEGIN
         -- Waiting for a hot shard to drain (outbox.backfill_max_shard_depth).
         IF state IN ('pending', 'in_progress') AND r.relid::oid = ANY (throttled) THEN
             state := 'throttled';
+        END IF;
+        -- Its last batch failed (worker_status.last_error says why); retried
+        -- when its pause ends, while the other tables go on.
+        IF state IN ('pending', 'in_progress', 'throttled') AND r.relid::oid = ANY (failing) THEN
+            state := 'failing';
         END IF;
         RETURN NEXT;
     END LOOP;
@@ -320,7 +331,11 @@ BEGIN
                 ['pg_outbox_worker_backfill_budget_left', 'gauge',
                  'Backfill budget left in the current minute.'],
                 ['pg_outbox_worker_backfill_paused', 'gauge',
-                 'Whether the backfill is paused by a cursor store failure.']]) AS a(f),
+                 'Whether the backfill is paused by a cursor store failure.'],
+                ['pg_outbox_tables_failing', 'gauge',
+                 'Tables whose backfill or cascade failed and backs off.'],
+                ['pg_outbox_tombstone_checks_waiting', 'gauge',
+                 'Objects whose tombstone check failed and waits to be tried again.']]) AS a(f),
                    generate_subscripts(a.f, 1) AS i),
          -- pos orders samples within a family (then their labels).
          samples(family, labels, value, pos) AS (
@@ -419,8 +434,14 @@ BEGIN
                 ('pg_outbox_worker_rows_scheduled_total', worker.rows_scheduled::text),
                 ('pg_outbox_worker_rows_backfilled_total', worker.rows_backfilled::text),
                 ('pg_outbox_worker_backfill_budget_left', worker.backfill_budget_left::text),
-                ('pg_outbox_worker_backfill_paused', worker.backfill_paused::int::text)
-             ) AS v(family, value))
+                ('pg_outbox_worker_backfill_paused', worker.backfill_paused::int::text),
+                ('pg_outbox_tombstone_checks_waiting',
+                 (SELECT count(*) FROM outbox.tombstone_checks)::text)
+             ) AS v(family, value)
+            UNION ALL
+            SELECT 'pg_outbox_tables_failing', 'job=' || outbox._prometheus_label(j.job),
+                   coalesce(cardinality(outbox._tables_failing(j.job)), 0)::text, 0::bigint
+              FROM (VALUES ('backfill'), ('cascade')) AS j(job))
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

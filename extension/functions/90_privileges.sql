@@ -46,4 +46,7 @@ GRANT SELECT ON outbox.link_status TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
-    outbox.metrics(), outbox._foreign_keys() TO pg_monitor;
+    outbox.metrics(), outbox._foreign_keys(), outbox._tables_failing(text) TO pg_monitor;
+-- How many tombstone checks wait, and of which tables; not their errors.
+GRANT SELECT (table_key, control, first_failed_at, attempts) ON outbox.tombstone_checks
+    TO pg_monitor;

@@ -264,8 +264,28 @@ int next_pause(int pause_ms) {
     return Min(Max(pause_ms * 2, 1000), 60000);
 }
 
+// Marks a table's job ("backfill" or "cascade") as failing, or not, for
+// outbox._tables_failing().
+void set_failing(const char *job, Oid relid, bool failing) {
+    SpinLockAcquire(&worker_shared->mutex);
+    int at = -1;
+    for (int i = 0; i < worker_shared->nfailing && at < 0; i++)
+        if (worker_shared->failing[i] == relid && worker_shared->failing_job[i] == job[0])
+            at = i;
+    if (failing && at < 0 && worker_shared->nfailing < (int)lengthof(worker_shared->failing)) {
+        worker_shared->failing[worker_shared->nfailing] = relid;
+        worker_shared->failing_job[worker_shared->nfailing++] = job[0];
+    } else if (!failing && at >= 0) {
+        int last = --worker_shared->nfailing;
+        worker_shared->failing[at] = worker_shared->failing[last];
+        worker_shared->failing_job[at] = worker_shared->failing_job[last];
+    }
+    SpinLockRelease(&worker_shared->mutex);
+}
+
 // job: "backfill" or "cascade"; the table's other job goes on.
 void table_failed(const char *job, Oid relid, const char *name, const ErrorData *error) {
+    set_failing(job, relid, true);
     TablePause *pause = table_pause(relid, true);
     pause->pause_ms = next_pause(pause->pause_ms);
     pause->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pause->pause_ms);
@@ -359,6 +379,7 @@ void backfill(int64 budget) {
         }
         if (pause != nullptr)
             (void)hash_search(table_pauses, &tables[i], HASH_REMOVE, nullptr);
+        set_failing("backfill", tables[i], false);
         if (backfill_paused)
             ereport(LOG, (errmsg("pg_outbox worker: backfill resumed")));
         backfill_paused = false;
@@ -423,6 +444,7 @@ int64 cascade(int64 budget) {
                 done[i] = true;
                 continue;
             }
+            set_failing("cascade", tables[i], false);
             used = saturating_add(used, ids);
             done[i] = !more;
             going = going || more;
@@ -691,6 +713,7 @@ void outbox_worker_main(Datum) {
     worker_shared->pid = MyProcPid;
     worker_shared->latch = MyLatch;
     worker_shared->nthrottled = 0; // a worker before this one may have left some
+    worker_shared->nfailing = 0;
     SpinLockRelease(&worker_shared->mutex);
     before_shmem_exit(forget_pid, 0);
 

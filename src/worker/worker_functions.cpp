@@ -122,6 +122,28 @@ OUTBOX_FUNCTION(outbox__backfill_throttled) {
     PG_RETURN_ARRAYTYPE_P(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 }
 
+// The tables whose backfill or cascade (job) the worker holds back after a
+// failure, as an oid[]; empty without the preload.
+OUTBOX_FUNCTION(outbox__tables_failing) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("job must not be NULL")));
+    char *job = text_to_cstring(PG_GETARG_TEXT_PP(0));
+    if (strcmp(job, "backfill") != 0 && strcmp(job, "cascade") != 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                 errmsg("job must be 'backfill' or 'cascade', not %s", quote_literal_cstr(job))));
+    Datum items[lengthof(worker_shared->failing)];
+    int n = 0;
+    if (worker_shared != nullptr) {
+        SpinLockAcquire(&worker_shared->mutex);
+        for (int i = 0; i < worker_shared->nfailing; i++)
+            if (worker_shared->failing_job[i] == job[0])
+                items[n++] = ObjectIdGetDatum(worker_shared->failing[i]);
+        SpinLockRelease(&worker_shared->mutex);
+    }
+    PG_RETURN_ARRAYTYPE_P(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
+}
+
 namespace pgoutbox {
 
 bool worker_backfill_rate(double *ids_per_second) {

@@ -31,6 +31,12 @@ struct WorkerShared {
     // (outbox.backfill_max_shard_depth); beyond the array, not shown.
     int nthrottled;
     Oid throttled[64];
+    // Tables whose backfill ('b') or cascade ('c') failed and waits out its
+    // pause (a lock or owner code past its bound, a hostile trigger, a
+    // bad cursor); beyond the array, not shown.
+    int nfailing;
+    Oid failing[64];
+    char failing_job[64];
     // The backfill batches that ran, for outbox.plan_backfill's ETA.
     int64 backfill_ids_timed;
     int64 backfill_usecs;

@@ -88,7 +88,7 @@ check "no operator of the owner ran in the worker" \
     wait_for 1 "SELECT count(*) FROM own.seen" 0
 
 # 2. An application role with UPDATE on its table holds ACCESS EXCLUSIVE on
-# it for 25 s.  Deletions of that table wait to be delivered, with the
+# it for 30 s.  Deletions of that table wait to be delivered, with the
 # worker stopped; then it starts.  Another tenant's messages are delivered
 # within seconds, the locked table's too (their tombstone checks wait in
 # outbox.tombstone_checks), and the tombstones are recorded once the lock
@@ -111,8 +111,13 @@ SELECT pg_reload_conf();
 SQL
 sleep 1
 q -c "DELETE FROM own.org WHERE id <= 4" >/dev/null
+# And a backfill of it to do.
+q >/dev/null <<'SQL'
+SELECT outbox.set_replication_version('own.org', 2);
+SELECT outbox.set_option('outbox_replication.org.replication_version', '2');
+SQL
 psql -X -q -U postgres -c "SET ROLE app_role" \
-    -c "BEGIN; LOCK TABLE own.org IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(25); COMMIT;" \
+    -c "BEGIN; LOCK TABLE own.org IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(30); COMMIT;" \
     >/dev/null 2>&1 &
 locker=$!
 sleep 1
@@ -126,13 +131,16 @@ q -c "INSERT INTO other SELECT g, g % 3 FROM generate_series(101, 110) g" >/dev/
 start=$SECONDS
 check "another tenant's messages are delivered while a table is locked" \
     wait_for 15 "SELECT count(*) FROM delivered WHERE category = 1 AND object_identifier > 100" 10
-echo "  delivered $((SECONDS - start)) s after they were written, the lock held 25 s"
+echo "  delivered $((SECONDS - start)) s after they were written, the lock held 30 s"
 check "the locked table's messages are delivered too" \
     wait_for 15 "SELECT count(*) FROM delivered WHERE category = 3" 14
 check "their tombstone checks wait, visibly" \
     wait_for 5 "SELECT count(*) FROM outbox.tombstone_checks WHERE table_key = 'org'" 4
 check "the worker reports the table" \
     wait_for 5 "SELECT last_error LIKE '%org%' FROM outbox.worker_status" t
+check "backfill_status shows the locked table failing (its id range unknown)" \
+    wait_for 10 "SET client_min_messages = error; SELECT state || ',' || coalesce(max_id::text, 'unknown') FROM outbox.backfill_status WHERE table_key = 'org'" "failing,unknown"
+check "and metrics() counts it, and the waiting checks" bash -c "psql -X -q -tA -c 'SET client_min_messages = error' -c 'SELECT outbox.metrics()' | grep -Fxq 'pg_outbox_tables_failing{job=\"backfill\"} 1' && psql -X -q -tA -c 'SET client_min_messages = error' -c 'SELECT outbox.metrics()' | grep -Fxq 'pg_outbox_tombstone_checks_waiting 4'"
 check "and the lock was still held" kill -0 $locker
 wait $locker
 check "once the lock is gone, the tombstones are recorded" \
@@ -168,6 +176,8 @@ check "a sleeping owner's predicate does not stop delivery" \
 echo "  delivered in $((SECONDS - start)) s"
 check "the worker names the table and the bound" \
     wait_for 20 "SELECT last_error LIKE '%slow_child%owner_code_timeout%' FROM outbox.worker_status" t
+check "foreign_keys shows its cascade failing" \
+    wait_for 20 "SET client_min_messages = error; SELECT state FROM outbox.foreign_keys WHERE table_key = 'own.slow_child'" failing
 check "no worker query runs longer than the bound" \
     wait_for 1 "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND state = 'active' AND now() - query_start > interval '8 s'" 0
 
