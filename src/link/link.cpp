@@ -528,6 +528,48 @@ int compare_int64(const void *x, const void *y) {
     return a < b ? -1 : a > b ? 1 : 0;
 }
 
+// Batches outbox.received() may answer with, at most: those of the rounds
+// whose answers were lost (four batches a round).
+constexpr int max_recovered_batches = 64;
+
+// text as a bigint, without raising.
+bool parse_int8(const char *text, int64 *value) {
+    errno = 0;
+    char *end;
+    long long parsed = strtoll(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0')
+        return false;
+    *value = (int64)parsed;
+    return true;
+}
+
+// A bigint[] in its text form ("{1,2,3}", no NULL), appended to *ids
+// (palloc'd, of *capacity, grown as needed), *n of them, at most max in
+// all; false, without raising, for anything else.
+bool parse_int8_array(const char *text, int64 **ids, int *capacity, int *n, int max) {
+    if (*text++ != '{')
+        return false;
+    if (*text == '}')
+        return text[1] == '\0';
+    for (;;) {
+        errno = 0;
+        char *end;
+        long long parsed = strtoll(text, &end, 10);
+        if (errno != 0 || end == text || *n >= max)
+            return false;
+        if (*n == *capacity) {
+            *capacity = Min(*capacity * 2, max);
+            *ids = (int64 *)repalloc(*ids, sizeof(int64) * *capacity);
+        }
+        (*ids)[(*n)++] = (int64)parsed;
+        if (*end == '}')
+            return end[1] == '\0';
+        if (*end != ',')
+            return false;
+        text = end + 1;
+    }
+}
+
 // The batches the other side took whose answer was lost (a crash here, a
 // broken connection) are deleted here instead of being sent again, in this
 // transaction, before the round claims anything: as a link's batch would
@@ -552,38 +594,61 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
         PQclear(result);
         return -1;
     }
-    // Every batch's rows in one statement (a scan of this silo's outbox,
-    // which has no index: this runs once a connection).
+    // The answer is the other side's: parsed without raising, so that a bad
+    // one fails this link alone (the round's transaction is every
+    // destination's), and bounded: the other side holds at most the
+    // batches of the rounds whose answers were lost.
     int nbatches = PQntuples(result);
+    if (PQnfields(result) != 3 || nbatches > max_recovered_batches) {
+        snprintf(error, error_size, "outbox.received() answered %d rows of %d columns", nbatches,
+                 PQnfields(result));
+        PQclear(result);
+        return -1;
+    }
+    int max_ids = max_recovered_batches * link_batch_size;
     auto *first_ids = (int64 *)palloc(sizeof(int64) * Max(nbatches, 1));
-    int64 *ids = nullptr;
+    auto *batches = (int64 *)palloc(sizeof(int64) * Max(nbatches, 1));
+    auto *messages = (int *)palloc(sizeof(int) * Max(nbatches, 1));
+    int capacity = 1024;
+    auto *ids = (int64 *)palloc(sizeof(int64) * capacity);
     int nids = 0;
     for (int i = 0; i < nbatches; i++) {
-        Datum array = OidInputFunctionCall(F_ARRAY_IN, PQgetvalue(result, i, 1), INT8OID, -1);
-        Datum *items;
-        int nitems;
-        deconstruct_array(DatumGetArrayTypeP(array), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-                          &items, nullptr, &nitems);
-        ids = ids == nullptr ? (int64 *)palloc(sizeof(int64) * Max(nitems, 1))
-                             : (int64 *)repalloc(ids, sizeof(int64) * (nids + Max(nitems, 1)));
-        for (int k = 0; k < nitems; k++)
-            ids[nids + k] = DatumGetInt64(items[k]);
-        first_ids[i] = nitems > 0 ? ids[nids] : -1;
-        nids += nitems;
+        int64 count;
+        int before = nids;
+        bool ok = !PQgetisnull(result, i, 0) && !PQgetisnull(result, i, 1) &&
+                  !PQgetisnull(result, i, 2) && parse_int8(PQgetvalue(result, i, 0), &batches[i]) &&
+                  parse_int8(PQgetvalue(result, i, 2), &count) && count >= 0 && count <= max_ids &&
+                  parse_int8_array(PQgetvalue(result, i, 1), &ids, &capacity, &nids, max_ids);
+        if (!ok) {
+            snprintf(error, error_size,
+                     "outbox.received() answered a batch that is not (bigint, bigint[] of at most "
+                     "%d ids, int)",
+                     max_ids);
+            PQclear(result);
+            return -1;
+        }
+        messages[i] = (int)count;
+        first_ids[i] = nids > before ? ids[before] : -1;
     }
+    // Every batch's rows in one statement (a scan of this silo's outbox,
+    // which has no index: this runs once a connection), and only rows that
+    // go to this destination: a cell's answer cannot delete another cell's
+    // rows.
     static SPIPlanPtr plans[2] = {nullptr, nullptr};
-    Oid types[1] = {INT8ARRAYOID};
-    Datum args[1] = {pg::int8_array(ids, nids)};
-    uint64 n = nids == 0
-                   ? 0
-                   : pg::spi_run_kept(&plans[target->control_silo],
-                                      "deleting the rows the other side took",
-                                      target->control_silo
-                                          ? "DELETE FROM outbox.control_outbox WHERE id = ANY ($1)"
-                                            " RETURNING id, category, object_identifier"
-                                          : "DELETE FROM outbox.cell_outbox WHERE id = ANY ($1)"
-                                            " RETURNING id, category, object_identifier",
-                                      1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
+    Oid types[2] = {INT8ARRAYOID, TEXTOID};
+    Datum args[2] = {pg::int8_array(ids, nids), CStringGetTextDatum(target->destination)};
+    uint64 n =
+        nids == 0
+            ? 0
+            : pg::spi_run_kept(
+                  &plans[target->control_silo], "deleting the rows the other side took",
+                  target->control_silo ? "DELETE FROM outbox.control_outbox o WHERE o.id = ANY ($1)"
+                                         " AND o.cell_name = $2"
+                                         " RETURNING o.id, o.category, o.object_identifier"
+                                       : "DELETE FROM outbox.cell_outbox o WHERE o.id = ANY ($1)"
+                                         " AND $2 = 'control'"
+                                         " RETURNING o.id, o.category, o.object_identifier",
+                  2, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
     auto *deleted = (int64 *)palloc(sizeof(int64) * Max(n, 1));
     auto *categories = (int32 *)palloc(sizeof(int32) * Max(n, 1));
     auto *objects = (int64 *)palloc(sizeof(int64) * Max(n, 1));
@@ -607,8 +672,8 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     for (int i = 0; i < nbatches; i++) {
         if (first_ids[i] >= 0 &&
             bsearch(&first_ids[i], deleted, n, sizeof(int64), compare_int64) != nullptr)
-            recovered += atoi(PQgetvalue(result, i, 2));
-        owe_acknowledgement(c, strtoll(PQgetvalue(result, i, 0), nullptr, 10));
+            recovered += messages[i];
+        owe_acknowledgement(c, batches[i]);
     }
     PQclear(result);
     // The query's results end with a NULL, the pipeline's with its sync.

@@ -4,7 +4,9 @@
 #   1. control's changes reach both cells, a cell's reach control;
 #   2. a deleted user cascades into both cells through tombstones;
 #   3. a cell that is down holds back its own messages only, visibly, and
-#      gets them when it is back;
+#      gets them when it is back; meanwhile a hostile answer of the other
+#      cell's outbox.received() deletes none of its rows and fails that
+#      link alone;
 #   4. a batch taken by the cell whose answer the sender lost: found in the
 #      cell's inbox when the sender connects again, not sent again;
 #   5. the sending worker SIGKILLed in the middle of a stream, then the
@@ -82,6 +84,44 @@ check "link_status shows eu failing" wait_on control 30 \
     "SELECT failures > 0 AND last_error IS NOT NULL FROM outbox.link_status WHERE destination = 'eu'" t
 check "metrics() counts them" \
     bash -c "psql -X -tA -h '${CELL_DIR[control]}' -p '${CELL_PORT[control]}' -U postgres -c 'SELECT outbox.metrics()' | grep -q 'pg_outbox_depth{silo=\"control\"} 100'"
+# 3b. A hostile answer from us (issue 25, items 5 and 6), while eu's rows
+# wait: its outbox.received() says it took eu's rows; then it answers with a
+# NULL element.  Control deletes none of eu's rows, and the bad answer
+# fails the us link alone, visibly; us's own rows go on once it answers
+# truly again.
+eu_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'eu'")
+received_def=$(on us -c "SELECT pg_get_functiondef('outbox.received(text,bigint)'::regprocedure)")
+hostile_received() { # ARRAY-LITERAL: us answers every received() with one batch of those ids
+    # (It takes the session as the real one does: receive() wants it.)
+    on us -c "CREATE OR REPLACE FUNCTION outbox.received(origin text, session bigint)
+                  RETURNS TABLE (batch bigint, row_ids bigint[], messages int)
+                  LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+                  AS \$\$
+                  #variable_conflict use_column
+                  BEGIN
+                      INSERT INTO outbox.inbox_sessions AS s (origin, session)
+                          VALUES (origin, session) ON CONFLICT (origin)
+                          DO UPDATE SET session = excluded.session;
+                      RETURN QUERY SELECT 1::bigint, $1::bigint[], 100;
+                  END \$\$" \
+          -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link'" >/dev/null
+}
+hostile_received "'{$eu_ids}'"
+on control -c "INSERT INTO auth_user VALUES (901, 'user 901')"
+check "us, answering with eu's rows, still gets its own" wait_on us 30 \
+    "SELECT count(*) FROM applied WHERE category = 1 AND object = 901" 1
+check "and none of eu's rows was deleted" \
+    [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
+hostile_received "ARRAY[1, NULL]"
+on control -c "INSERT INTO auth_user VALUES (902, 'user 902')"
+check "an answer with a NULL element fails the us link, visibly" wait_on control 30 \
+    "SELECT last_error LIKE '%received() answered%' FROM outbox.link_status WHERE destination = 'us'" t
+on us -c "$received_def" >/dev/null
+on us -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link'" >/dev/null
+check "and us gets its rows once it answers truly" wait_on us 60 \
+    "SELECT count(*) FROM applied WHERE category = 1 AND object = 902" 1
+check "eu's rows still wait for eu" \
+    [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
 cell_start eu
 check "eu gets them once it is back" wait_on eu 90 \
     "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object > 1000" 100
