@@ -7,17 +7,42 @@
 
 -- The foreign server that reaches a cell's database (control side); NULL
 -- ends the link: the cell's messages stay here for local handlers.
+-- A link's server must exist and be owned by a superuser: its owner could
+-- point it at another host and receive the worker's credentials there.
+-- (The worker checks again at every connection: the owner may change.)
+CREATE OR REPLACE FUNCTION outbox._require_link_server(server name) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    owner name;
+    owner_is_super boolean;
+BEGIN
+    SELECT r.rolname, r.rolsuper INTO owner, owner_is_super
+      FROM pg_foreign_server s JOIN pg_roles r ON r.oid = s.srvowner
+     WHERE s.srvname = _require_link_server.server;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'server % does not exist', quote_ident(server)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'CREATE SERVER ... FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host, port, dbname), and a USER MAPPING for the worker''s role.';
+    END IF;
+    IF NOT owner_is_super THEN
+        RAISE EXCEPTION 'server % is owned by %, not a superuser', quote_ident(server), quote_ident(owner)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'Its owner could point it at another host and receive the worker''s credentials there.',
+                  HINT = 'ALTER SERVER ' || quote_ident(server) || ' OWNER TO a superuser.';
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION outbox.set_cell_server(cell text, server name) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM outbox._require(cell, 'cell');
-    IF server IS NOT NULL AND NOT EXISTS (SELECT FROM pg_foreign_server s
-                                           WHERE s.srvname = set_cell_server.server) THEN
-        RAISE EXCEPTION 'server % does not exist', quote_ident(server)
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'CREATE SERVER ... FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host, port, dbname), and a USER MAPPING for the worker''s role.';
+    IF server IS NOT NULL THEN
+        PERFORM outbox._require_link_server(server);
     END IF;
     UPDATE outbox.cells c SET server = set_cell_server.server WHERE c.name = cell;
     IF NOT FOUND THEN
@@ -37,10 +62,7 @@ AS $$
 BEGIN
     PERFORM outbox._require(server, 'server');
     PERFORM outbox._require(cell_name, 'cell_name');
-    IF NOT EXISTS (SELECT FROM pg_foreign_server s WHERE s.srvname = link_control.server) THEN
-        RAISE EXCEPTION 'server % does not exist', quote_ident(server)
-            USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM outbox._require_link_server(server);
     IF NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = link_control.cell_name) THEN
         RAISE EXCEPTION 'cell % is not registered', quote_literal(cell_name)
             USING ERRCODE = 'undefined_object';

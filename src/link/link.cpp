@@ -390,7 +390,8 @@ void record_status(const LinkTarget *target, int sent, int recovered, const char
             " ON CONFLICT (destination) DO UPDATE SET server = excluded.server,"
             " messages_sent = s.messages_sent + excluded.messages_sent,"
             " recovered = s.recovered + excluded.recovered,"
-            " last_sent_at = excluded.last_sent_at, failures = 0, next_attempt_at = NULL",
+            " last_sent_at = excluded.last_sent_at, failures = 0, next_attempt_at = NULL,"
+            " last_error = NULL", // last_error_at stays: when it last failed
             5, types, args, nullptr, false, SPI_OK_INSERT);
         return;
     }

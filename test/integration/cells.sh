@@ -125,8 +125,8 @@ check "eu's rows still wait for eu" \
 cell_start eu
 check "eu gets them once it is back" wait_on eu 90 \
     "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object > 1000" 100
-check "and the link recovers" wait_on control 30 \
-    "SELECT failures FROM outbox.link_status WHERE destination = 'eu'" 0
+check "and the link recovers, its last error cleared" wait_on control 30 \
+    "SELECT failures || ',' || coalesce(last_error, 'none') FROM outbox.link_status WHERE destination = 'eu'" "0,none"
 
 # 4. A batch the cell took whose answer the sender lost, made by hand (the
 # worker held off): when the worker starts again, its new connection finds
@@ -199,6 +199,8 @@ check "no worker error on the cells but the link failures" \
 # 6. A server that a non-superuser owns could be pointed at another host to
 # receive the worker's credentials: its link is refused, visibly, and the
 # other links go on.
+# set_cell_server refuses such a server at once (issue 25, item 10); a
+# server whose owner changes later is refused when the worker connects.
 on control >/dev/null <<'SQL'
 CREATE ROLE server_owner;
 GRANT USAGE ON FOREIGN DATA WRAPPER postgres_fdw TO server_owner;
@@ -207,7 +209,14 @@ CREATE SERVER rogue FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1',
 RESET ROLE;
 CREATE USER MAPPING FOR postgres SERVER rogue;
 SELECT outbox.register_cell('xx');
+SQL
+refused=$(on control -c "SELECT outbox.set_cell_server('xx', 'rogue')" 2>&1)
+check "set_cell_server refuses a server a non-superuser owns" \
+    grep -q 'server rogue is owned by server_owner, not a superuser' <<<"$refused"
+on control >/dev/null <<'SQL'
+ALTER SERVER rogue OWNER TO postgres;
 SELECT outbox.set_cell_server('xx', 'rogue');
+ALTER SERVER rogue OWNER TO server_owner;
 INSERT INTO auth_user VALUES (40001, 'after the rogue server');
 SQL
 check "a link through a server a non-superuser owns is refused, visibly" wait_on control 30 \

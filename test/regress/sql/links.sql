@@ -91,6 +91,15 @@ SELECT pg_temp.err($$SELECT outbox.set_cell_server(NULL, 'links_test')$$);
 SELECT pg_temp.err($$SELECT outbox.link_control('no_such_server', 'us')$$);
 SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'mars')$$);
 SELECT pg_temp.err($$SELECT outbox.link_control(NULL, 'us')$$);
+-- A server a non-superuser owns is refused at once: its owner could point
+-- it at another host and receive the worker's credentials there.
+CREATE ROLE links_server_owner;
+CREATE SERVER links_rogue FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1');
+ALTER SERVER links_rogue OWNER TO links_server_owner;
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_rogue')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_rogue', 'us')$$);
+DROP SERVER links_rogue;
+DROP ROLE links_server_owner;
 SELECT outbox.set_cell_server('us', 'links_test');
 SELECT name, server FROM outbox.cells;
 SELECT outbox.link_control('links_test', 'us');
