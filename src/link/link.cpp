@@ -296,9 +296,13 @@ const char *category_name(const LinkTarget *target, int32 id) {
 // The batch's rows and messages as the text of outbox.receive()'s arrays
 // ($5 to $11), and the tombstones that go with them ($12, $13): messages
 // of a category with one registered table here whose row is gone (the
-// other side has no such table to look in).
-void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
-                       const char **params) {
+// other side has no such table to look in).  False, with error, when a
+// table's tombstone check fails (cascade/tombstones.hpp): the batch stays
+// here, since its tombstones must travel with its messages and the other
+// side takes none without them; that link's round fails and backs off,
+// and the other links go on.
+bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
+                       const char **params, char *error, size_t error_size) {
     int n = leased->nmessages;
     auto *scopes = (Datum *)palloc(sizeof(Datum) * n);
     auto *identifiers = (Datum *)palloc(sizeof(Datum) * n);
@@ -351,14 +355,13 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         for (int m = 0; m < n; m++)
             if (category_ids[m] == table->category)
                 ids[k++] = object_ids[m];
-        // A check that fails keeps the batch here (the round fails and is
-        // retried with the link's backoff): its tombstones must travel with
-        // its messages, and the other side takes none without them.
         Datum array;
-        char *error;
-        if (!gone_ids(table, ids, k, &array, &error))
-            ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                            errmsg("tombstone check of %s failed: %s", table->table_key, error)));
+        char *failure;
+        if (!gone_ids(table, ids, k, &array, &failure)) {
+            snprintf(error, error_size, "tombstone check of %s failed: %s", table->table_key,
+                     failure);
+            return false;
+        }
         if (array == (Datum)0)
             continue;
         Datum *items;
@@ -374,6 +377,7 @@ void receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT)));
     params[12] = array_text(PointerGetDatum(
         construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    return true;
 }
 
 void record_status(const LinkTarget *target, int sent, int recovered, const char *error) {
@@ -762,7 +766,11 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     params[1] = target->control_silo ? "control" : "cell";
     params[2] = psprintf(INT64_FORMAT, c->session);
     params[3] = psprintf(INT64_FORMAT, sent->token);
-    receive_arguments(target, batch, &sent->leased, params);
+    if (!receive_arguments(target, batch, &sent->leased, params, round->error,
+                           sizeof round->error)) {
+        round->failed = true; // nothing of this batch was sent
+        return LinkSend::Sent;
+    }
     if (round->nbatches == 1)
         round->acknowledged = c->nacknowledge;
     params[13] =

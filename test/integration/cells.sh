@@ -128,6 +128,24 @@ check "eu gets them once it is back" wait_on eu 90 \
 check "and the link recovers, its last error cleared" wait_on control 30 \
     "SELECT failures || ',' || coalesce(last_error, 'none') FROM outbox.link_status WHERE destination = 'eu'" "0,none"
 
+# 3c. A tombstone check that cannot be made: a deletion committed with
+# control's worker held off, then another session holds auth_user for 6 s,
+# past outbox.owner_lock_timeout.  The links' rounds fail visibly and back
+# off (their batches stay in control's outbox), and the tombstone reaches
+# the cell once the lock is gone.
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+on control -c "DELETE FROM auth_user WHERE id = 8" >/dev/null
+on control -c "BEGIN; LOCK TABLE auth_user IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT" >/dev/null &
+locker=$!
+sleep 0.5
+on control -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
+check "a tombstone check that cannot lock its table fails that round, visibly" wait_on control 5 \
+    "SELECT count(*) > 0 FROM outbox.link_status WHERE last_error LIKE 'tombstone check of auth_user failed%'" t
+wait "$locker"
+check "and the tombstone reaches the cell afterwards" wait_on us 60 \
+    "SELECT count(*) FROM outbox.cell_tombstone WHERE table_name = 'auth_user' AND object_identifier = 8" 1
+
 # 4. A batch the cell took whose answer the sender lost, made by hand (the
 # worker held off): when the worker starts again, its new connection finds
 # the batch in the cell's inbox and deletes those rows instead of sending
