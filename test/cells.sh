@@ -7,10 +7,12 @@
 #
 # The links (README, "Separate clusters"): control reaches each cell through
 # a postgres_fdw foreign server and a user mapping for the worker's role;
-# each cell reaches control the same way.  Every database has the same
-# registry (scopes, categories, cells); control has the control table
-# auth_user, the cells the cell tables organization and member (member.
-# user_id refers to auth_user across silos, CASCADE).  The handlers record
+# each cell reaches control the same way.  Each peer logs in as a link role
+# of its own: cell X as outbox_link_X on control, control as
+# outbox_link_control on each cell.  Every database has the same registry
+# (scopes, categories, cells; eu numbers its scopes otherwise); control has
+# the control table auth_user, the cells the cell tables organization and
+# member (member.user_id refers to auth_user across silos, CASCADE).  The handlers record
 # what they apply in the table applied.
 
 source "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
@@ -74,17 +76,20 @@ on() { # NAME psql-args...: psql on that database, quiet, tuples only
     local name=$1
     shift
     psql -X -q -tA -v ON_ERROR_STOP=1 -h "${CELL_DIR[$name]}" -p "${CELL_PORT[$name]}" \
-        -U postgres -d postgres "$@"
+        -U "${ON_USER:-postgres}" -d postgres "$@"
 }
 
 cells_setup() {
     local name
     for name in "${CELL_NAMES[@]}"; do
-        on "$name" >/dev/null <<'SQL' || return 1
+        # Cell eu numbers the scopes its own way: they travel by name.
+        local org_scope=0 user_scope=1
+        [[ $name == eu ]] && org_scope=7 user_scope=3
+        on "$name" -v org_scope=$org_scope -v user_scope=$user_scope >/dev/null <<'SQL' || return 1
 CREATE EXTENSION pg_outbox;
 CREATE EXTENSION postgres_fdw;
-SELECT outbox.register_scope('Organization', 0);
-SELECT outbox.register_scope('User', 1);
+SELECT outbox.register_scope('Organization', :org_scope);
+SELECT outbox.register_scope('User', :user_scope);
 SELECT outbox.register_category('ORGANIZATION_UPDATE', 'Organization', 0);
 SELECT outbox.register_category('USER_UPDATE', 'User', 1);
 SELECT outbox.register_cell('us');
@@ -105,13 +110,14 @@ CREATE SERVER cell_us FOREIGN DATA WRAPPER postgres_fdw
     OPTIONS (host '127.0.0.1', port '${CELL_PORT[us]}', dbname 'postgres');
 CREATE SERVER cell_eu FOREIGN DATA WRAPPER postgres_fdw
     OPTIONS (host '127.0.0.1', port '${CELL_PORT[eu]}', dbname 'postgres');
-CREATE USER MAPPING FOR postgres SERVER cell_us OPTIONS (user 'outbox_link');
-CREATE USER MAPPING FOR postgres SERVER cell_eu OPTIONS (user 'outbox_link');
-SELECT outbox.set_cell_server('us', 'cell_us');
-SELECT outbox.set_cell_server('eu', 'cell_eu');
-CREATE ROLE outbox_link LOGIN;
-GRANT USAGE ON SCHEMA outbox TO outbox_link;
-GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link;
+CREATE USER MAPPING FOR postgres SERVER cell_us OPTIONS (user 'outbox_link_control');
+CREATE USER MAPPING FOR postgres SERVER cell_eu OPTIONS (user 'outbox_link_control');
+CREATE ROLE outbox_link_us LOGIN;
+CREATE ROLE outbox_link_eu LOGIN;
+GRANT USAGE ON SCHEMA outbox TO outbox_link_us, outbox_link_eu;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link_us, outbox_link_eu;
+SELECT outbox.set_cell_server('us', 'cell_us', 'outbox_link_us');
+SELECT outbox.set_cell_server('eu', 'cell_eu', 'outbox_link_eu');
 SQL
     for name in us eu; do
         on "$name" >/dev/null <<SQL || return 1
@@ -124,11 +130,11 @@ SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
 SELECT outbox.register_handler('USER_UPDATE', 'apply(outbox.message)');
 CREATE SERVER control_db FOREIGN DATA WRAPPER postgres_fdw
     OPTIONS (host '127.0.0.1', port '${CELL_PORT[control]}', dbname 'postgres');
-CREATE USER MAPPING FOR postgres SERVER control_db OPTIONS (user 'outbox_link');
-SELECT outbox.link_control('control_db', '$name');
-CREATE ROLE outbox_link LOGIN;
-GRANT USAGE ON SCHEMA outbox TO outbox_link;
-GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link;
+CREATE USER MAPPING FOR postgres SERVER control_db OPTIONS (user 'outbox_link_$name');
+CREATE ROLE outbox_link_control LOGIN;
+GRANT USAGE ON SCHEMA outbox TO outbox_link_control;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link_control;
+SELECT outbox.link_control('control_db', '$name', 'outbox_link_control');
 SQL
     done
 }

@@ -2,8 +2,11 @@
 -- Links between clusters (SPEC section 11; README, "Separate clusters")
 ------------------------------------------------------------------------------
 -- Extension owner only (90_privileges.sql grants them to nobody), except
--- outbox.receive(), which the extension owner grants to the role that the
--- other side's user mapping logs in as.
+-- outbox.receive() and outbox.received(), which the extension owner grants
+-- to the roles that the other sides' user mappings log in as.  Each peer
+-- has a role of its own, named here (set_cell_server on control,
+-- link_control on a cell): the receiving functions know the sender by the
+-- role it logged in as (session_user), never by what it says.
 
 -- The foreign server that reaches a cell's database (control side); NULL
 -- ends the link: the cell's messages stay here for local handlers.
@@ -35,7 +38,60 @@ BEGIN
 END
 $$;
 
-CREATE OR REPLACE FUNCTION outbox.set_cell_server(cell text, server name) RETURNS void
+-- Every configured peer of this database and the role it logs in here as:
+-- each linked cell (control side), and control (cell side).
+CREATE OR REPLACE FUNCTION outbox._link_peers() RETURNS TABLE (name text, link_role name)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT c.name, c.link_role FROM outbox.cells c WHERE c.link_role IS NOT NULL
+    UNION ALL
+    SELECT 'control', l.link_role FROM outbox.control_link l
+$$;
+
+-- A peer's link role: an existing role that is not a superuser (a peer
+-- has no business with more than the two receiving functions) and no other
+-- peer's.  The first link also makes this side's receipt key.
+CREATE OR REPLACE FUNCTION outbox._require_link_role(link_role name, peer text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    other text;
+BEGIN
+    IF link_role IS NULL THEN
+        RAISE EXCEPTION 'link_role must not be NULL: it is the role % logs in here as', quote_literal(peer)
+            USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    IF NOT EXISTS (SELECT FROM pg_roles r WHERE r.rolname = link_role) THEN
+        RAISE EXCEPTION 'role % does not exist', quote_ident(link_role)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'CREATE ROLE ' || quote_ident(link_role) || ' LOGIN, one for each peer.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_roles r WHERE r.rolname = link_role AND r.rolsuper) THEN
+        RAISE EXCEPTION 'link_role % is a superuser', quote_ident(link_role)
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'A peer logs in as its link role: it needs outbox.receive() and outbox.received(), nothing more.';
+    END IF;
+    SELECT p.name INTO other
+      FROM outbox._link_peers() p
+     WHERE p.link_role = _require_link_role.link_role AND p.name <> peer;
+    IF FOUND THEN
+        RAISE EXCEPTION 'role % is already the link role of %', quote_ident(link_role), quote_literal(other)
+            USING ERRCODE = 'duplicate_object',
+                  DETAIL = 'Each peer logs in as a role of its own: that is how this side knows who is speaking.';
+    END IF;
+    INSERT INTO outbox.link_secret (secret)
+    SELECT decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex')
+        ON CONFLICT DO NOTHING;
+END
+$$;
+
+-- Control side: cell's messages go through server (NULL ends the link:
+-- they stay here for local handlers), and the cell's worker logs in here
+-- as link_role to deliver its own.
+CREATE OR REPLACE FUNCTION outbox.set_cell_server(cell text, server name, link_role name DEFAULT NULL)
+    RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -43,8 +99,13 @@ BEGIN
     PERFORM outbox._require(cell, 'cell');
     IF server IS NOT NULL THEN
         PERFORM outbox._require_link_server(server);
+        PERFORM outbox._require_link_role(link_role, cell);
+    ELSIF link_role IS NOT NULL THEN
+        RAISE EXCEPTION 'link_role must be NULL when server is: an unlinked cell delivers nothing here'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE outbox.cells c SET server = set_cell_server.server WHERE c.name = cell;
+    UPDATE outbox.cells c SET server = set_cell_server.server, link_role = set_cell_server.link_role
+     WHERE c.name = cell;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cell % is not registered', quote_literal(cell)
             USING ERRCODE = 'undefined_object';
@@ -53,9 +114,10 @@ BEGIN
 END
 $$;
 
--- This database is the cell cell_name; the control database is reached
--- through server (cell side).
-CREATE OR REPLACE FUNCTION outbox.link_control(server name, cell_name text) RETURNS void
+-- Cell side: this database is the cell cell_name, the control database is
+-- reached through server, and control's worker logs in here as link_role.
+CREATE OR REPLACE FUNCTION outbox.link_control(server name, cell_name text, link_role name)
+    RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -67,8 +129,11 @@ BEGIN
         RAISE EXCEPTION 'cell % is not registered', quote_literal(cell_name)
             USING ERRCODE = 'undefined_object';
     END IF;
-    INSERT INTO outbox.control_link AS l (server, cell_name) VALUES (server, cell_name)
-        ON CONFLICT (singleton) DO UPDATE SET server = excluded.server, cell_name = excluded.cell_name;
+    PERFORM outbox._require_link_role(link_role, 'control');
+    INSERT INTO outbox.control_link AS l (server, cell_name, link_role)
+    VALUES (server, cell_name, link_role)
+        ON CONFLICT (singleton) DO UPDATE SET server = excluded.server, cell_name = excluded.cell_name,
+                                              link_role = excluded.link_role;
     PERFORM outbox._invalidate_cache();
 END
 $$;
@@ -83,79 +148,115 @@ BEGIN
 END
 $$;
 
--- Called by the other side's worker: takes a batch of messages into the
--- local outbox, in order, with the tombstones that came with them, and
--- records the batch in outbox.inbox (a batch already there is not taken
--- again: 0); forgets the batches the sender acknowledges, which it had
--- taken before.  Returns how many messages it took.  The local worker then
--- delivers them to the local handlers.  The message arrays have one
--- element per message, in shard order; row_ids are the sender's rows;
--- session is the token of the sender's outbox.received() call on this
--- connection.
-CREATE OR REPLACE FUNCTION outbox.receive(origin text, silo text, session bigint, batch bigint,
-    row_ids bigint[],
-    shard_scopes int[], shard_identifiers bigint[], cell_names text[], categories text[],
-    object_identifiers bigint[], payloads jsonb[], tombstone_tables text[] DEFAULT '{}',
-    tombstone_objects bigint[] DEFAULT '{}', acknowledged bigint[] DEFAULT '{}') RETURNS int
+-- Who is calling the receiving functions: the peer whose link role logged
+-- in (session_user, which only a superuser can change), 'control' or a
+-- cell's name; anyone else is refused.  And the link protocol: both sides
+-- speak the same one, or the link stops, visibly, until they do.
+CREATE OR REPLACE FUNCTION outbox._link_peer(protocol int) RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    peer text;
+BEGIN
+    IF protocol IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'link protocol % is not spoken here: this database speaks link protocol 1 (pg_outbox %)',
+            coalesce(protocol::text, 'NULL'),
+            (SELECT e.extversion FROM pg_extension e WHERE e.extname = 'pg_outbox')
+            USING ERRCODE = 'feature_not_supported',
+                  HINT = 'Run the same version of pg_outbox on both sides of a link (README, "Upgrading linked clusters").';
+    END IF;
+    SELECT p.name INTO peer
+      FROM outbox._link_peers() p
+     WHERE p.link_role = session_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'role % is not the link role of a peer of this database', quote_ident(session_user)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Name it with outbox.set_cell_server(cell, server, link_role) on control, or outbox.link_control(server, cell_name, link_role) on a cell.';
+    END IF;
+    RETURN peer;
+END
+$$;
+
+-- Called by the other side's worker, logged in as its link role: takes a
+-- batch of messages into the local outbox, in order, with the tombstones
+-- that came with them, and records the batch in outbox.inbox (a batch
+-- already there is not taken again: 0); forgets the batches the sender
+-- acknowledges, which it had taken before.  Returns how many messages it
+-- took.  The local worker then delivers them to the local handlers.
+--
+-- A peer delivers only what its side owns: control sends control-silo
+-- messages of this cell (cell_names all this cell's name), a cell sends
+-- its cell-silo messages (cell_names all its own name).  The message
+-- arrays have one element per message, in shard order; scopes and
+-- categories travel by name; tombstones[m] is the table whose row of
+-- message m's object is gone on the sender's side (NULL: none), so a
+-- tombstone only ever comes with a message of its object.  row_ids are
+-- the sender's rows and receipt its proof of having sent them (handed back
+-- by outbox.received()); session is the token of the sender's
+-- outbox.received() call on this connection.
+CREATE OR REPLACE FUNCTION outbox.receive(protocol int, session bigint, batch bigint, receipt text,
+    row_ids bigint[], shard_scopes text[], shard_identifiers bigint[], cell_names text[],
+    categories text[], object_identifiers bigint[], payloads jsonb[], tombstones text[],
+    acknowledged bigint[] DEFAULT '{}') RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
 DECLARE
+    peer text := outbox._link_peer(protocol);
+    silo text := CASE WHEN peer = 'control' THEN 'control' ELSE 'cell' END;
+    own_cell text := CASE WHEN peer = 'control' THEN (SELECT l.cell_name FROM outbox.control_link l)
+                          ELSE peer END;
     n int := cardinality(shard_scopes);
+    wrong text;
 BEGIN
-    PERFORM outbox._require(origin, 'origin');
-    PERFORM outbox._require(silo, 'silo');
     PERFORM outbox._require(session, 'session');
     PERFORM outbox._require(batch, 'batch');
+    PERFORM outbox._require(receipt, 'receipt');
     PERFORM outbox._require(row_ids, 'row_ids');
     PERFORM outbox._require(acknowledged, 'acknowledged');
-    IF silo NOT IN ('cell', 'control') THEN
-        RAISE EXCEPTION 'silo must be ''cell'' or ''control'', not %', quote_literal(silo)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
     IF n IS NULL OR cardinality(shard_identifiers) IS DISTINCT FROM n
        OR cardinality(cell_names) IS DISTINCT FROM n OR cardinality(categories) IS DISTINCT FROM n
        OR cardinality(object_identifiers) IS DISTINCT FROM n
-       OR cardinality(payloads) IS DISTINCT FROM n
-       OR cardinality(tombstone_tables) IS DISTINCT FROM cardinality(tombstone_objects) THEN
+       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(tombstones) IS DISTINCT FROM n THEN
         RAISE EXCEPTION 'the message arrays must all have one element per message'
             USING ERRCODE = 'array_subscript_error';
     END IF;
-    IF silo = 'control' AND array_position(cell_names, NULL) IS NOT NULL THEN
-        RAISE EXCEPTION 'cell_names must not contain NULL for control messages'
-            USING ERRCODE = 'null_value_not_allowed';
+    SELECT coalesce(quote_literal(c.name), 'NULL') INTO wrong FROM unnest(cell_names) c(name)
+     WHERE c.name IS DISTINCT FROM own_cell LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION '% may send messages of cell % only, not of %', quote_literal(peer),
+            quote_literal(own_cell), wrong
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = CASE silo WHEN 'control' THEN 'Control sends a cell the control messages of that cell.'
+                                     ELSE 'A cell sends control its own cell messages.' END;
     END IF;
-    -- A cell takes control's messages for itself only.
-    IF silo = 'control' AND EXISTS (SELECT FROM outbox.control_link)
-       AND EXISTS (SELECT FROM unnest(cell_names) c(name)
-                    WHERE c.name <> (SELECT l.cell_name FROM outbox.control_link l)) THEN
-        RAISE EXCEPTION 'this database is cell %, not %',
-            quote_literal((SELECT l.cell_name FROM outbox.control_link l)),
-            (SELECT quote_literal(c.name) FROM unnest(cell_names) c(name)
-              WHERE c.name <> (SELECT l.cell_name FROM outbox.control_link l) LIMIT 1)
-            USING ERRCODE = 'invalid_parameter_value';
+    SELECT quote_literal(c.name) INTO wrong FROM unnest(categories) c(name)
+     WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'category % is not registered here', wrong
+            USING ERRCODE = 'undefined_object';
     END IF;
-    IF EXISTS (SELECT FROM unnest(categories) c(name)
-                WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name)) THEN
-        RAISE EXCEPTION 'category % is not registered here',
-            (SELECT quote_literal(c.name) FROM unnest(categories) c(name)
-              WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1)
+    SELECT quote_literal(s.name) INTO wrong FROM unnest(shard_scopes) s(name)
+     WHERE NOT EXISTS (SELECT FROM outbox.scopes k WHERE k.name = s.name) LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'scope % is not registered here', wrong
             USING ERRCODE = 'undefined_object';
     END IF;
     -- Held to the end of this transaction: a newer connection's
     -- outbox.received() waits for it.
     PERFORM FROM outbox.inbox_sessions s
-      WHERE s.origin = receive.origin AND s.session = receive.session FOR SHARE;
+      WHERE s.origin = peer AND s.session = receive.session FOR SHARE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'session % is not the current connection of sender %', session,
-            quote_literal(origin)
+            quote_literal(peer)
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'A sender calls outbox.received() with a new session on each connection.';
     END IF;
-    DELETE FROM outbox.inbox i WHERE i.origin = receive.origin AND i.batch = ANY (acknowledged);
-    INSERT INTO outbox.inbox AS i (origin, batch, row_ids, messages)
-    VALUES (origin, batch, row_ids, n) ON CONFLICT DO NOTHING;
+    DELETE FROM outbox.inbox i WHERE i.origin = peer AND i.batch = ANY (acknowledged);
+    INSERT INTO outbox.inbox AS i (origin, batch, row_ids, messages, receipt)
+    VALUES (peer, batch, row_ids, n, receipt) ON CONFLICT DO NOTHING;
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
@@ -164,22 +265,22 @@ BEGIN
     -- its triggers as the extension owner.)
     EXECUTE format('INSERT INTO outbox.%I (shard_scope, shard_identifier, category,'
                    ' object_identifier, payload%s)'
-                   ' SELECT m.scope, m.ident, k.id, m.object, m.payload%s'
+                   ' SELECT s.id, m.ident, k.id, m.object, m.payload%s'
                    ' FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY'
-                   ' AS m(scope, ident, cell, category_name, object, payload, n)'
-                   ' JOIN outbox.categories k ON k.name = m.category_name ORDER BY m.n',
+                   ' AS m(scope_name, ident, cell, category_name, object, payload, n)'
+                   ' JOIN outbox.categories k ON k.name = m.category_name'
+                   ' JOIN outbox.scopes s ON s.name = m.scope_name ORDER BY m.n',
                    silo || '_outbox', CASE silo WHEN 'control' THEN ', cell_name' ELSE '' END,
                    CASE silo WHEN 'control' THEN ', m.cell' ELSE '' END)
         USING shard_scopes, shard_identifiers, cell_names, categories, object_identifiers,
               payloads;
     -- Tombstones of rows deleted on the other side: a deleted control row
     -- is recorded in cell_tombstone, a deleted cell row in control_tombstone.
-    IF cardinality(tombstone_tables) > 0 THEN
-        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
-                       ' SELECT * FROM unnest($1, $2) ON CONFLICT DO NOTHING',
-                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-            USING tombstone_tables, tombstone_objects;
-    END IF;
+    EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
+                   ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
+                   ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
+                   CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+        USING tombstones, object_identifiers;
     IF n > 0 THEN
         PERFORM outbox._wake_worker_at_commit(); -- no worker: they wait for outbox.drain()
     END IF;
@@ -187,25 +288,27 @@ BEGIN
 END
 $$;
 
--- Called by the other side's worker before it sends anything on a new
--- connection, with a new random session token: that connection becomes
--- origin's current one (the batches of an older one are refused from now
--- on, and one still running is waited for), and the answer is the batches
--- from origin that this database took and origin has not acknowledged (its
--- answer may have been lost), oldest first.
-CREATE OR REPLACE FUNCTION outbox.received(origin text, session bigint)
-    RETURNS TABLE (batch bigint, row_ids bigint[], messages int)
+-- Called by the other side's worker, logged in as its link role, before it
+-- sends anything on a new connection, with a new random session token:
+-- that connection becomes the sender's current one (the batches of an
+-- older one are refused from now on, and one still running is waited
+-- for), and the answer is the batches from the sender that this database
+-- took and the sender has not acknowledged (its answer may have been
+-- lost), oldest first, with the receipts it gave for them.
+CREATE OR REPLACE FUNCTION outbox.received(protocol int, session bigint)
+    RETURNS TABLE (batch bigint, row_ids bigint[], messages int, receipt text)
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 #variable_conflict use_column
+DECLARE
+    peer text := outbox._link_peer(protocol);
 BEGIN
-    PERFORM outbox._require(origin, 'origin');
     PERFORM outbox._require(session, 'session');
-    INSERT INTO outbox.inbox_sessions AS s (origin, session) VALUES (origin, session)
+    INSERT INTO outbox.inbox_sessions AS s (origin, session) VALUES (peer, session)
         ON CONFLICT (origin) DO UPDATE SET session = excluded.session,
                                            connected_at = excluded.connected_at;
-    RETURN QUERY SELECT i.batch, i.row_ids, i.messages FROM outbox.inbox i
-                  WHERE i.origin = received.origin ORDER BY i.received_at, i.batch;
+    RETURN QUERY SELECT i.batch, i.row_ids, i.messages, i.receipt FROM outbox.inbox i
+                  WHERE i.origin = peer ORDER BY i.received_at, i.batch;
 END
 $$;

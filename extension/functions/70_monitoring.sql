@@ -335,7 +335,13 @@ BEGIN
                 ['pg_outbox_tables_failing', 'gauge',
                  'Tables whose backfill or cascade failed and backs off.'],
                 ['pg_outbox_tombstone_checks_waiting', 'gauge',
-                 'Objects whose tombstone check failed and waits to be tried again.']]) AS a(f),
+                 'Objects whose tombstone check failed and waits to be tried again.'],
+                ['pg_outbox_link_messages_sent_total', 'counter',
+                 'Messages a link handed over to its destination.'],
+                ['pg_outbox_link_recovered_total', 'counter',
+                 'Messages the destination had taken when the answer was lost, found by recovery.'],
+                ['pg_outbox_link_failures', 'gauge',
+                 'Failed rounds in a row of a link (0: it works); link_status.last_error says why.']]) AS a(f),
                    generate_subscripts(a.f, 1) AS i),
          -- pos orders samples within a family (then their labels).
          samples(family, labels, value, pos) AS (
@@ -441,7 +447,16 @@ BEGIN
             UNION ALL
             SELECT 'pg_outbox_tables_failing', 'job=' || outbox._prometheus_label(j.job),
                    coalesce(cardinality(outbox._tables_failing(j.job)), 0)::text, 0::bigint
-              FROM (VALUES ('backfill'), ('cascade')) AS j(job))
+              FROM (VALUES ('backfill'), ('cascade')) AS j(job)
+            UNION ALL
+            SELECT v.family, 'destination=' || outbox._prometheus_label(l.destination), v.value,
+                   0::bigint
+              FROM outbox.link_status l
+             CROSS JOIN LATERAL (VALUES
+                ('pg_outbox_link_messages_sent_total', l.messages_sent::text),
+                ('pg_outbox_link_recovered_total', l.recovered::text),
+                ('pg_outbox_link_failures', l.failures::text)
+             ) AS v(family, value))
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

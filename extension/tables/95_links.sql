@@ -3,21 +3,27 @@
 ------------------------------------------------------------------------------
 -- Control side: the foreign server (postgres_fdw's, or any wrapper's: only
 -- its libpq options are used) through which the worker reaches a cell's
--- database.  A cell with a server gets its control-outbox messages there.
-ALTER TABLE outbox.cells ADD COLUMN server name;
+-- database, and the role that cell's worker logs in here as.  A cell with
+-- a server gets its control-outbox messages there; a cell is known by its
+-- role when it calls outbox.receive() here, never by what it says.
+ALTER TABLE outbox.cells ADD COLUMN server name,
+    ADD COLUMN link_role name UNIQUE CHECK ((server IS NULL) = (link_role IS NULL));
 
--- Cell side: this database is the cell cell_name, and the control database
--- is reached through server.  Its cell-outbox messages go there.
+-- Cell side: this database is the cell cell_name, the control database is
+-- reached through server, and control's worker logs in here as link_role.
+-- Its cell-outbox messages go there.
 CREATE TABLE outbox.control_link (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     server    name    NOT NULL,
-    cell_name text    NOT NULL
+    cell_name text    NOT NULL,
+    link_role name    NOT NULL
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.control_link', '');
 
 -- Receiving side: the batches a sender (origin: 'control', or the sending
--- cell's name) handed over and has not acknowledged yet, with the ids of
--- the outbox rows they carried there.  A batch is written here in the
+-- cell's name, as its link role says) handed over and has not
+-- acknowledged yet, with the ids of the outbox rows they carried there and
+-- the sender's receipt for them (outbox.link_secret).  A batch is written here in the
 -- transaction that puts its messages in the local outbox.  A sender that
 -- lost the answer (it crashed, or the connection broke) asks for these
 -- before it sends anything else, and deletes those rows instead of sending
@@ -29,6 +35,7 @@ CREATE TABLE outbox.inbox (
     row_ids     bigint[]    NOT NULL, -- the sender's outbox rows it carried
     messages    int         NOT NULL,
     received_at timestamptz NOT NULL DEFAULT now(),
+    receipt     text        NOT NULL,
     PRIMARY KEY (origin, batch)
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.inbox', '');
@@ -58,3 +65,17 @@ CREATE TABLE outbox.link_status (
     last_error_at   timestamptz,
     next_attempt_at timestamptz
 );
+
+-- Sending side: the key of the receipts this side gives with each batch
+-- (an HMAC of the destination, the batch and its row ids).  Recovery
+-- deletes a batch's rows only when the receipt the other side hands back
+-- is this side's for that destination: a peer cannot make this side delete
+-- rows it never sent there.  Written by the configuration functions when
+-- the first link is made (not here: a restore would then hold two), and
+-- dumped with the configuration: a restored database still recognises its
+-- receipts in its peers' inboxes.
+CREATE TABLE outbox.link_secret (
+    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+    secret    bytea   NOT NULL CHECK (length(secret) >= 16)
+);
+SELECT pg_catalog.pg_extension_config_dump('outbox.link_secret', '');

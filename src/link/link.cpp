@@ -6,13 +6,16 @@
 #include "drain/drain_pass.hpp"
 #include "stats/stats.hpp"
 #include "pg/spi.hpp"
+#include "pg/subtransaction.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
 
 extern "C" {
 #include "access/tableam.h"
-#include "access/xlog.h"
 #include "commands/defrem.h"
+#include "common/hmac.h"
+#include "common/sha2.h"
+#include "port/pg_bswap.h"
 #include "foreign/foreign.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
@@ -37,6 +40,7 @@ constexpr int round_batches = 4;
 struct Connection {
     char destination[NAMEDATALEN * 2];
     PGconn *conn;
+    char *conninfo; // what it connected with (TopMemoryContext)
     int64 session;  // a random token, new with each connection
     bool recovered; // asked outbox.received() since it connected
     // Batches taken there whose rows this side deleted: acknowledged with
@@ -72,6 +76,9 @@ void drop_connection(Connection *c) {
         PQfinish(c->conn);
     c->conn = nullptr;
     c->recovered = false;
+    if (c->conninfo != nullptr)
+        pfree(c->conninfo);
+    c->conninfo = nullptr;
 }
 
 // A random positive int64: a batch's or a connection's name on the other
@@ -192,13 +199,108 @@ const char *connection_options(LinkTarget *target) {
     keywords[k] = nullptr;
     target->keywords = keywords;
     target->values = values;
+    // The server's name and every option: a connection made with other
+    // ones (the cell's server changed, its options, the user mapping) is
+    // dropped and made anew at the next round.
+    StringInfoData conninfo;
+    initStringInfo(&conninfo);
+    appendStringInfoString(&conninfo, target->server);
+    for (int i = 0; i < k; i++)
+        appendStringInfo(&conninfo, "\x01%s=%s", keywords[i], values[i]);
+    target->conninfo = conninfo.data;
     return nullptr;
 }
 
 void record_status(const LinkTarget *target, int sent, int recovered, const char *error);
 
+int compare_int64(const void *x, const void *y) {
+    int64 a = *(const int64 *)x, b = *(const int64 *)y;
+    return a < b ? -1 : a > b ? 1 : 0;
+}
+
 char *array_text(Datum array) {
     return OidOutputFunctionCall(F_ARRAY_OUT, array);
+}
+
+// This side's receipt for a batch it sends: an HMAC-SHA256 keyed by
+// outbox.link_secret of the destination's name and a zero byte, the
+// batch's token and its row ids (bigints in network order, as int8send
+// writes them), in hex.  The other side hands it back with the batch when
+// outbox.received() answers; only a batch whose receipt is this side's for
+// that destination deletes rows here.
+char *receipt(const LinkTarget *target, int64 token, const int64 *ids, int n) {
+    uint8 digest[PG_SHA256_DIGEST_LENGTH];
+    pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
+    uint64 word = pg_hton64((uint64)token);
+    bool ok = ctx != nullptr && pg_hmac_init(ctx, target->secret, target->secret_len) == 0 &&
+              pg_hmac_update(ctx, (const uint8 *)target->destination,
+                             strlen(target->destination) + 1) == 0 &&
+              pg_hmac_update(ctx, (const uint8 *)&word, sizeof word) == 0;
+    for (int i = 0; ok && i < n; i++) {
+        word = pg_hton64((uint64)ids[i]);
+        ok = pg_hmac_update(ctx, (const uint8 *)&word, sizeof word) == 0;
+    }
+    ok = ok && pg_hmac_final(ctx, digest, sizeof digest) == 0;
+    pg_hmac_free(ctx);
+    if (!ok)
+        ereport(ERROR, (errmsg("pg_outbox: could not compute a link receipt")));
+    char *hex = (char *)palloc(2 * sizeof digest + 1);
+    hex_encode((const char *)digest, sizeof digest, hex);
+    hex[2 * sizeof digest] = '\0';
+    return hex;
+}
+
+// The key of the receipts, made if a link exists and it does not
+// (outbox._require_link_role makes it with the first link).
+void read_secret(MemoryContext context, LinkTarget *targets, int n) {
+    static SPIPlanPtr read_plan = nullptr, make_plan = nullptr;
+    if (n == 0)
+        return;
+    if (pg::spi_run_kept(&read_plan, "reading the link secret",
+                         "SELECT secret FROM outbox.link_secret", 0, nullptr, nullptr, nullptr,
+                         true, SPI_OK_SELECT) == 0) {
+        (void)pg::spi_run_kept(
+            &make_plan, "making the link secret",
+            "INSERT INTO outbox.link_secret (secret) SELECT pg_catalog.decode(pg_catalog.replace("
+            "pg_catalog.gen_random_uuid()::text || pg_catalog.gen_random_uuid()::text, '-', ''),"
+            " 'hex') ON CONFLICT DO NOTHING",
+            0, nullptr, nullptr, nullptr, false, SPI_OK_INSERT);
+        CommandCounterIncrement();
+        (void)pg::spi_run_kept(&read_plan, "reading the link secret",
+                               "SELECT secret FROM outbox.link_secret", 0, nullptr, nullptr,
+                               nullptr, true, SPI_OK_SELECT);
+    }
+    bool isnull;
+    bytea *secret =
+        DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    MemoryContext caller = MemoryContextSwitchTo(context);
+    int len = (int)VARSIZE_ANY_EXHDR(secret);
+    auto *key = (uint8 *)palloc(len);
+    memcpy(key, VARDATA_ANY(secret), len);
+    MemoryContextSwitchTo(caller);
+    for (int t = 0; t < n; t++) {
+        targets[t].secret = key;
+        targets[t].secret_len = len;
+    }
+}
+
+// Ids and names of a registry table (categories, scopes), in context.
+int read_names(MemoryContext context, SPIPlanPtr *plan, const char *table, int32 **ids,
+               const char ***names) {
+    uint64 n = pg::spi_run_kept(plan, "reading names",
+                                psprintf("SELECT id, name FROM outbox.%s ORDER BY id", table), 0,
+                                nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    MemoryContext caller = MemoryContextSwitchTo(context);
+    *ids = (int32 *)palloc(sizeof(int32) * Max(n, 1));
+    *names = (const char **)palloc(sizeof(char *) * Max(n, 1));
+    for (uint64 r = 0; r < n; r++) {
+        bool isnull;
+        (*ids)[r] =
+            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+        (*names)[r] = pstrdup(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2));
+    }
+    MemoryContextSwitchTo(caller);
+    return (int)n;
 }
 
 } // namespace
@@ -239,11 +341,7 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         LinkTarget *target = &result[k++];
         target->destination = pstrdup(SPI_getvalue(tuple, desc, 1));
         target->server = pstrdup(SPI_getvalue(tuple, desc, 2));
-        // The name, and which database it is: what another database sent
-        // under the same name (a misconfigured link) must never pass for
-        // this one's in the other side's inbox (recover deletes rows by it).
-        target->origin = psprintf("%s/" UINT64_FORMAT "/%u", SPI_getvalue(tuple, desc, 3),
-                                  GetSystemIdentifier(), MyDatabaseId);
+        target->sender = pstrdup(SPI_getvalue(tuple, desc, 3));
         target->control_silo = control_silo;
         const char *unusable = connection_options(target);
         if (unusable != nullptr) {
@@ -253,27 +351,24 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         }
     }
     MemoryContextSwitchTo(caller);
-    // Every category, for the passes (a link carries them all) and their
-    // names (the other side knows categories by name).
-    static SPIPlanPtr categories_plan = nullptr;
-    uint64 ncategories = pg::spi_run_kept(&categories_plan, "reading categories",
-                                          "SELECT id, name FROM outbox.categories ORDER BY id", 0,
-                                          nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
-    MemoryContextSwitchTo(context);
-    auto *ids = (int32 *)palloc(sizeof(int32) * Max(ncategories, 1));
-    auto **names = (const char **)palloc(sizeof(char *) * Max(ncategories, 1));
-    for (uint64 r = 0; r < ncategories; r++) {
-        bool isnull;
-        ids[r] =
-            DatumGetInt32(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
-        names[r] = pstrdup(SPI_getvalue(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2));
-    }
+    // Every category, for the passes (a link carries them all), and the
+    // names of categories and scopes (the other side knows them by name:
+    // its ids may differ).
+    static SPIPlanPtr categories_plan = nullptr, scopes_plan = nullptr;
+    int32 *category_ids, *scope_ids;
+    const char **category_names, **scope_names;
+    int ncategories =
+        read_names(context, &categories_plan, "categories", &category_ids, &category_names);
+    int nscopes = read_names(context, &scopes_plan, "scopes", &scope_ids, &scope_names);
     for (int t = 0; t < k; t++) {
-        result[t].ncategories = (int)ncategories;
-        result[t].categories = ids;
-        result[t].category_names = names;
+        result[t].ncategories = ncategories;
+        result[t].categories = category_ids;
+        result[t].category_names = category_names;
+        result[t].nscopes = nscopes;
+        result[t].scopes = scope_ids;
+        result[t].scope_names = scope_names;
     }
-    MemoryContextSwitchTo(caller);
+    read_secret(context, result, k);
     *targets = result;
     return k;
 }
@@ -286,23 +381,24 @@ DrainPass *link_pass_begin(const LinkTarget *target) {
 
 namespace {
 
-const char *category_name(const LinkTarget *target, int32 id) {
-    for (int c = 0; c < target->ncategories; c++)
-        if (target->categories[c] == id)
-            return target->category_names[c];
+const char *name_of(int32 id, int n, const int32 *ids, const char **names) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return names[i];
     return "";
 }
 
-// The batch's rows and messages as the text of outbox.receive()'s arrays
-// ($5 to $11), and the tombstones that go with them ($12, $13): messages
-// of a category with one registered table here whose row is gone (the
-// other side has no such table to look in).  False, with error, when a
-// table's tombstone check fails (cascade/tombstones.hpp): the batch stays
-// here, since its tombstones must travel with its messages and the other
-// side takes none without them; that link's round fails and backs off,
-// and the other links go on.
+// The batch's rows, its receipt and its messages as the text of
+// outbox.receive()'s arguments ($4 to $12): scopes and categories by name,
+// cell_names the control rows' cell or this cell's own name, and
+// tombstones[m] the table whose row of message m's object is gone here
+// (messages of a category with one registered table here: the other side
+// has no such table to look in).  False, with error, when a table's
+// tombstone check fails (cascade/tombstones.hpp): the batch stays here,
+// since its tombstones must travel with its messages; that link's round
+// fails and backs off, and the other links go on.
 bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
-                       const char **params, char *error, size_t error_size) {
+                       int64 token, const char **params, char *error, size_t error_size) {
     int n = leased->nmessages;
     auto *scopes = (Datum *)palloc(sizeof(Datum) * n);
     auto *identifiers = (Datum *)palloc(sizeof(Datum) * n);
@@ -311,26 +407,28 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
     auto *objects = (Datum *)palloc(sizeof(Datum) * n);
     auto *payloads = (Datum *)palloc(sizeof(Datum) * n);
     auto *payload_nulls = (bool *)palloc(sizeof(bool) * n);
-    auto *category_ids = (int32 *)palloc(sizeof(int32) * n);
-    auto *object_ids = (int64 *)palloc(sizeof(int64) * n);
+    auto *tombstones = (Datum *)palloc0(sizeof(Datum) * n);
+    auto *tombstone_nulls = (bool *)palloc(sizeof(bool) * n);
     for (int m = 0; m < n; m++) {
         const LeasedMessage *message = &leased->messages[m];
         const ShardKey *shard = &batch->segments[message->segment].shard;
-        scopes[m] = Int32GetDatum(shard->shard_scope);
+        scopes[m] = CStringGetTextDatum(
+            name_of(shard->shard_scope, target->nscopes, target->scopes, target->scope_names));
         identifiers[m] = Int64GetDatum(shard->shard_identifier);
-        cells[m] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
-        categories[m] = CStringGetTextDatum(category_name(target, message->category));
+        cells[m] = CStringGetTextDatum(target->control_silo ? shard->cell_name : target->sender);
+        categories[m] = CStringGetTextDatum(name_of(message->category, target->ncategories,
+                                                    target->categories, target->category_names));
         objects[m] = Int64GetDatum(message->object_identifier);
         payloads[m] = message->payload;
         payload_nulls[m] = message->payload == (Datum)0;
-        category_ids[m] = message->category;
-        object_ids[m] = message->object_identifier;
+        tombstone_nulls[m] = true;
     }
     int dims[1] = {n}, lbs[1] = {1};
     int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
+    params[3] = receipt(target, token, leased->ids, nrows);
     params[4] = array_text(pg::int8_array(leased->ids, nrows));
     params[5] =
-        array_text(PointerGetDatum(construct_array(scopes, n, INT4OID, 4, true, TYPALIGN_INT)));
+        array_text(PointerGetDatum(construct_array(scopes, n, TEXTOID, -1, false, TYPALIGN_INT)));
     params[6] = array_text(PointerGetDatum(
         construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
     params[7] =
@@ -343,18 +441,18 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT)));
 
     const Registry *registry = registry_get();
-    auto *ids = (int64 *)palloc(sizeof(int64) * n);
-    auto *tables = (Datum *)palloc(sizeof(Datum) * n);
-    auto *gone = (Datum *)palloc(sizeof(Datum) * n);
-    int ngone = 0;
+    auto *ids = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    auto *positions = (int *)palloc(sizeof(int) * Max(n, 1));
     for (int t = 0; t < registry->nsole_tables; t++) {
         const SoleTable *table = &registry->sole_tables[t];
         if (table->control != target->control_silo)
             continue;
         int k = 0;
         for (int m = 0; m < n; m++)
-            if (category_ids[m] == table->category)
-                ids[k++] = object_ids[m];
+            if (leased->messages[m].category == table->category) {
+                positions[k] = m;
+                ids[k++] = leased->messages[m].object_identifier;
+            }
         Datum array;
         char *failure;
         if (!gone_ids(table, ids, k, &array, &failure)) {
@@ -368,15 +466,19 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         int nitems;
         deconstruct_array(DatumGetArrayTypeP(array), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
                           &items, nullptr, &nitems);
-        for (int i = 0; i < nitems && ngone < n; i++) {
-            tables[ngone] = CStringGetTextDatum(table->table_key);
-            gone[ngone++] = items[i];
-        }
+        // Each gone object's messages of this table's category.
+        auto *gone = (int64 *)palloc(sizeof(int64) * Max(nitems, 1));
+        for (int i = 0; i < nitems; i++)
+            gone[i] = DatumGetInt64(items[i]);
+        qsort(gone, nitems, sizeof(int64), compare_int64);
+        for (int j = 0; j < k; j++)
+            if (bsearch(&ids[j], gone, nitems, sizeof(int64), compare_int64) != nullptr) {
+                tombstones[positions[j]] = CStringGetTextDatum(table->table_key);
+                tombstone_nulls[positions[j]] = false;
+            }
     }
-    params[11] = array_text(
-        PointerGetDatum(construct_array(tables, ngone, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[12] = array_text(PointerGetDatum(
-        construct_array(gone, ngone, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
+    params[11] = array_text(PointerGetDatum(construct_md_array(
+        tombstones, tombstone_nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)));
     return true;
 }
 
@@ -504,9 +606,11 @@ Connection *round_connection(const LinkTarget *target, char *error, size_t error
     Connection *c = connection_of(target->destination);
     // A connection left busy (an ERROR here during a round) or broken
     // starts anew: the other side rolls back what it had of that round.
+    // So does one made with other connection options than the target's now
+    // (the server, its options or the user mapping changed).
     if (c->conn != nullptr &&
         (PQstatus(c->conn) != CONNECTION_OK || PQtransactionStatus(c->conn) != PQTRANS_IDLE ||
-         PQpipelineStatus(c->conn) != PQ_PIPELINE_ON))
+         PQpipelineStatus(c->conn) != PQ_PIPELINE_ON || strcmp(c->conninfo, target->conninfo) != 0))
         drop_connection(c);
     if (c->conn != nullptr)
         return c;
@@ -519,6 +623,7 @@ Connection *round_connection(const LinkTarget *target, char *error, size_t error
         return nullptr;
     }
     c->session = random_token();
+    c->conninfo = MemoryContextStrdup(TopMemoryContext, target->conninfo);
     return c;
 }
 
@@ -527,11 +632,6 @@ struct SentBatch {
     Oid *partitions; // of the batch's segments
     int64 token;     // its name in the other side's inbox
 };
-
-int compare_int64(const void *x, const void *y) {
-    int64 a = *(const int64 *)x, b = *(const int64 *)y;
-    return a < b ? -1 : a > b ? 1 : 0;
-}
 
 // Batches outbox.received() may answer with, at most: those of the rounds
 // whose answers were lost (four batches a round).
@@ -582,8 +682,9 @@ bool parse_int8_array(const char *text, int64 **ids, int *capacity, int *n, int 
 // counted there; here they count as recovered, not as sent.  Returns how
 // many messages, or -1 (error says why).
 int recover(const LinkTarget *target, Connection *c, char *error, size_t error_size) {
-    const char *params[2] = {target->origin, psprintf(INT64_FORMAT, c->session)};
-    if (!PQsendQueryParams(c->conn, "SELECT batch, row_ids, messages FROM outbox.received($1, $2)",
+    const char *params[2] = {psprintf("%d", link_protocol), psprintf(INT64_FORMAT, c->session)};
+    if (!PQsendQueryParams(c->conn,
+                           "SELECT batch, row_ids, messages, receipt FROM outbox.received($1, $2)",
                            2, nullptr, params, nullptr, nullptr, 0) ||
         !PQpipelineSync(c->conn)) {
         strlcpy(error, PQerrorMessage(c->conn), error_size);
@@ -601,10 +702,11 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     }
     // The answer is the other side's: parsed without raising, so that a bad
     // one fails this link alone (the round's transaction is every
-    // destination's), and bounded: the other side holds at most the
-    // batches of the rounds whose answers were lost.
+    // destination's), bounded (the other side holds at most the batches of
+    // the rounds whose answers were lost), and believed only where it
+    // hands back this side's receipt for a batch sent to this destination.
     int nbatches = PQntuples(result);
-    if (PQnfields(result) != 3 || nbatches > max_recovered_batches) {
+    if (PQnfields(result) != 4 || nbatches > max_recovered_batches) {
         snprintf(error, error_size, "outbox.received() answered %d rows of %d columns", nbatches,
                  PQnfields(result));
         PQclear(result);
@@ -629,6 +731,16 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
                      "outbox.received() answered a batch that is not (bigint, bigint[] of at most "
                      "%d ids, int)",
                      max_ids);
+            PQclear(result);
+            return -1;
+        }
+        if (PQgetisnull(result, i, 3) ||
+            strcmp(PQgetvalue(result, i, 3),
+                   receipt(target, batches[i], ids + before, nids - before)) != 0) {
+            snprintf(error, error_size,
+                     "outbox.received() answered batch " INT64_FORMAT
+                     " without this side's receipt: it was not sent to %s, and deletes nothing",
+                     batches[i], target->destination);
             PQclear(result);
             return -1;
         }
@@ -761,26 +873,25 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     // A random token names the batch in the other side's inbox.
     sent->token = random_token();
     Connection *c = round->connection;
-    const char *params[14];
-    params[0] = target->origin;
-    params[1] = target->control_silo ? "control" : "cell";
-    params[2] = psprintf(INT64_FORMAT, c->session);
-    params[3] = psprintf(INT64_FORMAT, sent->token);
-    if (!receive_arguments(target, batch, &sent->leased, params, round->error,
+    const char *params[13];
+    params[0] = psprintf("%d", link_protocol);
+    params[1] = psprintf(INT64_FORMAT, c->session);
+    params[2] = psprintf(INT64_FORMAT, sent->token);
+    if (!receive_arguments(target, batch, &sent->leased, sent->token, params, round->error,
                            sizeof round->error)) {
         round->failed = true; // nothing of this batch was sent
         return LinkSend::Sent;
     }
     if (round->nbatches == 1)
         round->acknowledged = c->nacknowledge;
-    params[13] =
+    params[12] =
         array_text(pg::int8_array(c->acknowledge, round->nbatches == 1 ? c->nacknowledge : 0));
     pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
     if (!PQsendQueryParams(c->conn,
-                           "SELECT outbox.receive($1, $2, $3::bigint, $4::bigint, $5::bigint[],"
-                           " $6::int[], $7::bigint[], $8::text[], $9::text[], $10::bigint[],"
-                           " $11::jsonb[], $12::text[], $13::bigint[], $14::bigint[])",
-                           14, nullptr, params, nullptr, nullptr, 0)) {
+                           "SELECT outbox.receive($1::int, $2::bigint, $3::bigint, $4::text,"
+                           " $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::text[],"
+                           " $10::bigint[], $11::jsonb[], $12::text[], $13::bigint[])",
+                           13, nullptr, params, nullptr, nullptr, 0)) {
         strlcpy(round->error, PQerrorMessage(c->conn), sizeof round->error);
         round->failed = true;
     } else if (!flush(c->conn, round->error, sizeof round->error)) {
@@ -789,50 +900,13 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     return LinkSend::Sent;
 }
 
-int link_round_finish(LinkRound *round, char *error, size_t error_size) {
+namespace {
+
+// Deletes the rows of the round's batches, which the other side took, and
+// records the tombstones of their objects as a drain would; returns the
+// messages.
+int delete_taken(const LinkRound *round) {
     const LinkTarget *target = round->target;
-    if (round->nbatches == 0 && !round->failed) {
-        if (round->recovered > 0)
-            record_status(target, 0, round->recovered, nullptr);
-        return 0;
-    }
-    PGconn *conn = round->connection ? round->connection->conn : nullptr;
-    // The other side's transaction ends at the sync point: every batch of
-    // the round is taken there, or none.
-    if (!round->failed &&
-        (!PQpipelineSync(conn) || !flush(conn, round->error, sizeof round->error)))
-        round->failed = true;
-    for (int b = 0; b < round->nbatches && !round->failed; b++)
-        round->failed = taken_by_receive(conn, round->error, sizeof round->error) < 0;
-    if (!round->failed) {
-        PGresult *sync = next_result(conn, round->error, sizeof round->error);
-        round->failed = sync == nullptr || PQresultStatus(sync) != PGRES_PIPELINE_SYNC;
-        if (sync != nullptr && round->failed)
-            strlcpy(round->error, PQresultErrorMessage(sync), sizeof round->error);
-        PQclear(sync);
-    }
-    if (round->failed) {
-        // Whatever state it is in, the next round starts anew, and asks
-        // what the other side took of this one.
-        if (round->connection != nullptr)
-            drop_connection(round->connection);
-        strlcpy(error, round->error, error_size);
-        record_status(target, 0, 0, error);
-        return -1;
-    }
-    // The acknowledged batches are gone there, the round's are there (owed
-    // before anything here can fail: an ERROR from now on rolls the
-    // deletions back, and link_rounds_ended has this side ask again).
-    Connection *c = round->connection;
-    c->nacknowledge -= round->acknowledged;
-    if (round->acknowledged > 0)
-        memmove(c->acknowledge, c->acknowledge + round->acknowledged,
-                sizeof(int64) * (c->nacknowledge + c->npending));
-    for (int b = 0; b < round->nbatches; b++)
-        owe_acknowledgement(c, round->batches[b].token);
-    // Taken there: delivered here, in this transaction (a crash before it
-    // commits leaves the rows here, and the next connection finds the
-    // batches in the other side's inbox).
     TimestampTz now = GetCurrentTimestamp();
     int nmessages = 0;
     for (int b = 0; b < round->nbatches; b++) {
@@ -866,6 +940,71 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
         tombstones_of_delivered(leased.nmessages, categories, objects, control);
         nmessages += leased.nmessages;
     }
+    return nmessages;
+}
+
+} // namespace
+
+int link_round_finish(LinkRound *round, char *error, size_t error_size) {
+    const LinkTarget *target = round->target;
+    if (round->nbatches == 0 && !round->failed) {
+        if (round->recovered > 0)
+            record_status(target, 0, round->recovered, nullptr);
+        return 0;
+    }
+    PGconn *conn = round->connection ? round->connection->conn : nullptr;
+    // The other side's transaction ends at the sync point: every batch of
+    // the round is taken there, or none.
+    if (!round->failed &&
+        (!PQpipelineSync(conn) || !flush(conn, round->error, sizeof round->error)))
+        round->failed = true;
+    for (int b = 0; b < round->nbatches && !round->failed; b++)
+        round->failed = taken_by_receive(conn, round->error, sizeof round->error) < 0;
+    if (!round->failed) {
+        PGresult *sync = next_result(conn, round->error, sizeof round->error);
+        round->failed = sync == nullptr || PQresultStatus(sync) != PGRES_PIPELINE_SYNC;
+        if (sync != nullptr && round->failed)
+            strlcpy(round->error, PQresultErrorMessage(sync), sizeof round->error);
+        PQclear(sync);
+    }
+    if (round->failed) {
+        // Whatever state it is in, the next round starts anew, and asks
+        // what the other side took of this one.
+        if (round->connection != nullptr)
+            drop_connection(round->connection);
+        strlcpy(error, round->error, error_size);
+        record_status(target, 0, 0, error);
+        return -1;
+    }
+    // Taken there: delivered here, in a subtransaction of this destination
+    // (a failure here rolls back its deletions alone, and the other links
+    // go on) of this transaction (a crash before it commits leaves the rows
+    // here).  Either way the next connection finds the batches in the
+    // other side's inbox and deletes the rows then.
+    int nmessages = 0;
+    ErrorData *failure = pg::in_subtransaction([&] { nmessages = delete_taken(round); },
+                                               [](const ErrorData *caught) {
+                                                   return ERRCODE_TO_CATEGORY(caught->sqlerrcode) !=
+                                                          ERRCODE_OPERATOR_INTERVENTION;
+                                               });
+    if (failure != nullptr) {
+        drop_connection(round->connection);
+        snprintf(error, error_size, "taken by %s, but deleting its rows here failed: %s",
+                 target->destination, failure->message ? failure->message : "");
+        FreeErrorData(failure);
+        record_status(target, 0, 0, error);
+        return -1;
+    }
+    // The acknowledged batches are gone there, the round's are there (owed
+    // as pending: an ERROR from now on rolls the deletions back, and
+    // link_rounds_ended has this side ask again).
+    Connection *c = round->connection;
+    c->nacknowledge -= round->acknowledged;
+    if (round->acknowledged > 0)
+        memmove(c->acknowledge, c->acknowledge + round->acknowledged,
+                sizeof(int64) * (c->nacknowledge + c->npending));
+    for (int b = 0; b < round->nbatches; b++)
+        owe_acknowledgement(c, round->batches[b].token);
     record_status(target, nmessages, round->recovered, nullptr);
     return nmessages;
 }

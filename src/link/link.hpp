@@ -9,15 +9,19 @@
 //      found as they are now, coalesced (drain/drain.hpp);
 //   2. outbox.receive() on the other side, through libpq, with the
 //      connection details of a foreign server and the user mapping of the
-//      worker's role (postgres_fdw's objects): it takes each message into
-//      its outbox once (outbox.inbox), with the tombstones of the rows gone
-//      here, in one transaction for the round;
+//      worker's role (postgres_fdw's objects), which logs in there as
+//      this side's link role (the other side knows who is speaking by it):
+//      it takes each message into its outbox once (outbox.inbox), with the
+//      tombstones of the rows gone here and this side's receipt for the
+//      batch, in one transaction for the round;
 //   3. the round's rows deleted here, and this transaction commits.  When 2
 //      fails, nothing is deleted and the link backs off (1 s, 2 s, ... a
 //      minute); outbox.link_status shows it.
-// A crash after 2 committed and before 3 did sends the batches again: the
-// inbox takes none of it twice.  A destination that is down holds back its
-// own messages only.  Plain C-style code: PostgreSQL errors unwind through
+// A crash after 2 committed and before 3 did: the next connection asks
+// outbox.received() what the other side took and deletes those rows here
+// instead of sending them again, once their receipts prove this side sent
+// them there.  A destination that is down, or answers wrongly, holds back
+// its own messages only.  Plain C-style code: PostgreSQL errors unwind through
 // it.
 #pragma once
 
@@ -25,16 +29,27 @@
 
 namespace pgoutbox {
 
+// The link protocol: the arguments of outbox.receive() and outbox.received()
+// and what they mean.  Both sides speak the same one (the receiving side
+// refuses another, and the link waits, visibly, until they do).
+constexpr int link_protocol = 1;
+
 struct LinkTarget {
     const char *destination; // a cell's name, or "control"
     const char *server;
-    const char *origin;    // this database, as the other side knows it: name/system id/oid
+    const char *sender;    // this database, as the other side knows it: "control", or its cell
     bool control_silo;     // control rows of the cell destination; else cell rows
     const char **keywords; // libpq connection options, NULL-terminated
     const char **values;
-    int ncategories; // every category, and its name
+    const char *conninfo; // all of them in one string: a change redials
+    int ncategories;      // every category, and its name (the other side knows names)
     int32 *categories;
     const char **category_names;
+    int nscopes; // every scope, and its name
+    int32 *scopes;
+    const char **scope_names;
+    const uint8 *secret; // the key of this side's receipts (outbox.link_secret)
+    int secret_len;
 };
 
 // The links of this database whose destination is not backing off, and

@@ -401,6 +401,13 @@ void backfill(int64 budget) {
 // (a hostile trigger, a dropped index) pauses its table's cascade.
 uint32 cascade_turn = 0;
 
+// A cycle's cascade stops after this long even with budget left (a high
+// outbox.backfill_rate_per_minute, steps that cover few ids): the drain,
+// the links and the backfill come round at least this often.  The next
+// cycle then starts at once.
+constexpr long cascade_slice_ms = 1000;
+bool cascade_cut_short = false;
+
 int64 cascade(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (budget <= 0 || (backfill_paused && now < backfill_retry_at))
@@ -418,8 +425,13 @@ int64 cascade(int64 budget) {
     int64 used = 0;
     auto *done = (bool *)palloc0(sizeof(bool) * Max(n, 1));
     int first = n > 0 ? (int)(cascade_turn++ % (uint32)n) : 0;
+    TimestampTz slice_end = TimestampTzPlusMilliseconds(now, cascade_slice_ms);
     for (bool going = true; going && used < budget;) {
         going = false;
+        if (GetCurrentTimestamp() >= slice_end) {
+            cascade_cut_short = true;
+            break;
+        }
         for (int k = 0; k < n && used < budget; k++) {
             int i = (first + k) % n;
             TablePause *pause = table_pause(tables[i], false);
@@ -555,8 +567,9 @@ int64 send_links(int ntargets, LinkTarget *targets) {
     return sent;
 }
 
-// Returns whether it delivered anything (then the next cycle starts at
-// once: under load the worker does not nap between full cycles).
+// Returns whether it delivered anything or its cascade was cut short (then
+// the next cycle starts at once: under load the worker does not nap between
+// full cycles).
 bool cycle() {
     MemoryContextReset(cycle_context);
     MemoryContext old = MemoryContextSwitchTo(cycle_context);
@@ -578,6 +591,7 @@ bool cycle() {
             ntargets = link_targets(cycle_context, &targets, &receives_cell, &receives_control);
         },
         nullptr);
+    cascade_cut_short = false;
     bool cell = silo_mode != SILO_MODE_CONTROL || receives_cell;
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
     scheduled += drain_pass(cell, control, &delivered);
@@ -627,7 +641,7 @@ bool cycle() {
     worker_shared->backfill_paused = backfill_paused;
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
-    return delivered > 0;
+    return delivered > 0 || cascade_cut_short;
 }
 
 // The worker is gone: outbox.worker_status shows it stopped.

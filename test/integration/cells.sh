@@ -4,9 +4,10 @@
 #   1. control's changes reach both cells, a cell's reach control;
 #   2. a deleted user cascades into both cells through tombstones;
 #   3. a cell that is down holds back its own messages only, visibly, and
-#      gets them when it is back; meanwhile a hostile answer of the other
-#      cell's outbox.received() deletes none of its rows and fails that
-#      link alone;
+#      gets them when it is back; meanwhile hostile answers of the other
+#      cell's outbox.received() (another cell's rows, its own rows without
+#      this side's receipt, a NULL element) delete nothing and fail that
+#      link alone; a cell's link role speaks for that cell only;
 #   4. a batch taken by the cell whose answer the sender lost: found in the
 #      cell's inbox when the sender connects again, not sent again;
 #   5. the sending worker SIGKILLed in the middle of a stream, then the
@@ -16,7 +17,10 @@
 #   7. the inbox forgets acknowledged batches at once, and unacknowledged
 #      ones older than outbox.inbox_retention;
 #   8. a cell slower than outbox.link_timeout: its round given up on and
-#      still committed there is found, not sent again.
+#      still committed there is found, not sent again;
+#   9. a changed server or user mapping takes effect at the next round;
+#  10. scopes travel by name: eu numbers them otherwise, and its own
+#      pause_shard holds control's message.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/cells.sh"
@@ -54,7 +58,7 @@ check "control's outbox is empty; link_status counts what went out" \
 # Until the next batch acknowledges them, a cell's inbox keeps the last
 # round's batches from control (at most four; their messages count).
 check "each cell's inbox keeps the last batches it took, by origin" \
-    [ "$(on us -c "SELECT split_part(origin, '/', 1) || ' ' || (count(*) BETWEEN 1 AND 4) || ' ' || (sum(messages) BETWEEN 1 AND 200) FROM outbox.inbox GROUP BY origin")" = "control true true" ]
+    [ "$(on us -c "SELECT origin || ' ' || (count(*) BETWEEN 1 AND 4) || ' ' || (sum(messages) BETWEEN 1 AND 200) FROM outbox.inbox GROUP BY origin")" = "control true true" ]
 last_batches=$(on us -c "SELECT string_agg(batch::text, ',') FROM outbox.inbox")
 
 # 2. Members of user 7 in both cells; deleting the user in control
@@ -84,44 +88,72 @@ check "link_status shows eu failing" wait_on control 30 \
     "SELECT failures > 0 AND last_error IS NOT NULL FROM outbox.link_status WHERE destination = 'eu'" t
 check "metrics() counts them" \
     bash -c "psql -X -tA -h '${CELL_DIR[control]}' -p '${CELL_PORT[control]}' -U postgres -c 'SELECT outbox.metrics()' | grep -q 'pg_outbox_depth{silo=\"control\"} 100'"
-# 3b. A hostile answer from us (issue 25, items 5 and 6), while eu's rows
-# wait: its outbox.received() says it took eu's rows; then it answers with a
-# NULL element.  Control deletes none of eu's rows, and the bad answer
+# 3b. Hostile answers from us (issue 25, items 3 to 6), while eu's rows
+# wait: its outbox.received() says it took eu's rows; then us's own rows
+# that were never sent, without this side's receipt; then it answers with
+# a NULL element.  Control deletes none of those rows, and each bad answer
 # fails the us link alone, visibly; us's own rows go on once it answers
 # truly again.
 eu_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'eu'")
-received_def=$(on us -c "SELECT pg_get_functiondef('outbox.received(text,bigint)'::regprocedure)")
-hostile_received() { # ARRAY-LITERAL: us answers every received() with one batch of those ids
+received_def=$(on us -c "SELECT pg_get_functiondef('outbox.received(int,bigint)'::regprocedure)")
+drop_link() { on us -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link_control'" >/dev/null; }
+hostile_received() { # ROW-IDS RECEIPT: us answers every received() with one batch of those
     # (It takes the session as the real one does: receive() wants it.)
-    on us -c "CREATE OR REPLACE FUNCTION outbox.received(origin text, session bigint)
-                  RETURNS TABLE (batch bigint, row_ids bigint[], messages int)
+    on us -c "CREATE OR REPLACE FUNCTION outbox.received(protocol int, session bigint)
+                  RETURNS TABLE (batch bigint, row_ids bigint[], messages int, receipt text)
                   LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
                   AS \$\$
                   #variable_conflict use_column
                   BEGIN
                       INSERT INTO outbox.inbox_sessions AS s (origin, session)
-                          VALUES (origin, session) ON CONFLICT (origin)
+                          VALUES ('control', session) ON CONFLICT (origin)
                           DO UPDATE SET session = excluded.session;
-                      RETURN QUERY SELECT 1::bigint, $1::bigint[], 100;
-                  END \$\$" \
-          -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link'" >/dev/null
+                      RETURN QUERY SELECT 1::bigint, $1::bigint[], 100, $2::text;
+                  END \$\$" >/dev/null
+    drop_link
 }
-hostile_received "'{$eu_ids}'"
+us_failures() { on control -c "SELECT failures FROM outbox.link_status WHERE destination = 'us'"; }
+hostile_received "'{$eu_ids}'" "'forged'"
+before=$(us_failures)
 on control -c "INSERT INTO auth_user VALUES (901, 'user 901')"
-check "us, answering with eu's rows, still gets its own" wait_on us 30 \
-    "SELECT count(*) FROM applied WHERE category = 1 AND object = 901" 1
+check "us, answering with eu's rows, fails its link, visibly" wait_on control 30 \
+    "SELECT failures > $before AND last_error LIKE '%without this side''s receipt%' FROM outbox.link_status WHERE destination = 'us'" t
 check "and none of eu's rows was deleted" \
     [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
-hostile_received "ARRAY[1, NULL]"
+# us's own rows, waiting (control's worker held off while they are
+# written): a peer cannot make control drop what it has not been sent.
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(903, 905) g"
+us_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'us' AND object_identifier BETWEEN 903 AND 905")
+hostile_received "'{$us_ids}'" "'forged'"
+before=$(us_failures)
+on control -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
+check "us, answering with its own unsent rows and no receipt, fails its link" wait_on control 30 \
+    "SELECT failures > $before AND last_error LIKE '%without this side''s receipt%' FROM outbox.link_status WHERE destination = 'us'" t
+check "and none of them was deleted" \
+    [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'us' AND object_identifier BETWEEN 903 AND 905")" = 3 ]
+metrics=$(on control -c "SELECT outbox.metrics()")
+check "metrics() shows the us link failing" grep -Eq '^pg_outbox_link_failures\{destination="us"\} [1-9]' <<<"$metrics"
+hostile_received "ARRAY[1, NULL]" "'forged'"
 on control -c "INSERT INTO auth_user VALUES (902, 'user 902')"
 check "an answer with a NULL element fails the us link, visibly" wait_on control 30 \
     "SELECT last_error LIKE '%received() answered%' FROM outbox.link_status WHERE destination = 'us'" t
 on us -c "$received_def" >/dev/null
-on us -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link'" >/dev/null
+drop_link
 check "and us gets its rows once it answers truly" wait_on us 60 \
-    "SELECT count(*) FROM applied WHERE category = 1 AND object = 902" 1
+    "SELECT count(*) FROM applied WHERE category = 1 AND object IN (901, 902, 903, 904, 905)" 5
 check "eu's rows still wait for eu" \
     [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
+# A cell's link role speaks for that cell only (item 1): as eu, nothing of
+# us's; a role named for no peer (here the superuser) is refused.
+as_eu=$(ON_USER=outbox_link_eu on control -c "SELECT outbox.receive(1, 1, 1, 'x', '{1}', '{Organization}', '{1}', '{us}', '{ORGANIZATION_UPDATE}', '{1}', '{NULL}', '{NULL}')" 2>&1)
+check "eu's role cannot send as us" grep -q "'eu' may send messages of cell 'eu' only, not of 'us'" <<<"$as_eu"
+as_eu=$(ON_USER=outbox_link_eu on control -c "SELECT coalesce(string_agg(batch::text, ',' ORDER BY batch), '') FROM outbox.received(1, 424242)" 2>&1)
+check "nor read us's batches: received() answers eu's" \
+    [ "$as_eu" = "$(on control -c "SELECT coalesce(string_agg(batch::text, ',' ORDER BY batch), '') FROM outbox.inbox WHERE origin = 'eu'")" ]
+as_super=$(on control -c "SELECT count(*) FROM outbox.received(1, 424243)" 2>&1)
+check "a role of no peer is refused" grep -q 'role postgres is not the link role of a peer' <<<"$as_super"
 cell_start eu
 check "eu gets them once it is back" wait_on eu 90 \
     "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object > 1000" 100
@@ -147,33 +179,35 @@ check "and the tombstone reaches the cell afterwards" wait_on us 60 \
     "SELECT count(*) FROM outbox.cell_tombstone WHERE table_name = 'auth_user' AND object_identifier = 8" 1
 
 # 4. A batch the cell took whose answer the sender lost, made by hand (the
-# worker held off): when the worker starts again, its new connection finds
-# the batch in the cell's inbox and deletes those rows instead of sending
-# them again.
+# worker held off) with control's receipt (README, "Links": an HMAC-SHA256
+# of the destination, the batch and its row ids, keyed by
+# outbox.link_secret; pgcrypto computes it here): when the worker starts
+# again, its new connection finds the batch in the cell's inbox and
+# deletes those rows instead of sending them again.
 on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 0.5
+on control -c "CREATE EXTENSION IF NOT EXISTS pgcrypto" >/dev/null
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(5001, 5010) g"
-origin=$(on control -c "SELECT 'control/' || system_identifier || '/' || d.oid FROM pg_control_system(), pg_database d WHERE d.datname = current_database()")
 # (A session of its own: control's connection is refused from now on, and
 # so makes a new one.)
-on us -c "SELECT FROM outbox.received('$origin', 99)" >/dev/null
-batch=$(on control -c "SELECT format('SELECT outbox.receive(%L, %L, 99, 4242, %L, %L, %L, %L, %L, %L, %L)',
-            '$origin', 'control', array_agg(o.id ORDER BY o.shard_identifier, o.id),
-            array_agg(o.shard_scope ORDER BY o.shard_identifier, o.id),
+ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 99)" >/dev/null
+batch=$(on control -c "SELECT format('SELECT outbox.receive(1, 99, 4242, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
+            encode(hmac('us'::bytea || '\\x00'::bytea || int8send(4242)
+                        || string_agg(int8send(o.id), ''::bytea ORDER BY o.shard_identifier, o.id),
+                        (SELECT secret FROM outbox.link_secret), 'sha256'), 'hex'),
+            array_agg(o.id ORDER BY o.shard_identifier, o.id),
+            array_agg(s.name ORDER BY o.shard_identifier, o.id),
             array_agg(o.shard_identifier ORDER BY o.shard_identifier, o.id),
             array_agg(o.cell_name ORDER BY o.shard_identifier, o.id),
             array_agg(k.name ORDER BY o.shard_identifier, o.id),
             array_agg(o.object_identifier ORDER BY o.shard_identifier, o.id),
-            array_agg(o.payload ORDER BY o.shard_identifier, o.id))
+            array_agg(o.payload ORDER BY o.shard_identifier, o.id),
+            array_agg(NULL::text))
           FROM outbox.control_outbox o JOIN outbox.categories k ON k.id = o.category
+          JOIN outbox.scopes s ON s.id = o.shard_scope
          WHERE o.cell_name = 'us'")
-# Another database that calls itself control (a misconfigured link) names
-# control's eu rows in a batch of its own: that must not pass for control's.
-on us -c "SELECT FROM outbox.received('control/1/1', 98)" -c "SELECT outbox.receive('control/1/1', 'control', 98, 4141,
-              '$(on control -c "SELECT array_agg(id) FROM outbox.control_outbox WHERE cell_name = 'eu'")',
-              '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
-check "the cell takes the batch" [ "$(on us -c "$batch")" = 10 ]
-check "and not a second time" [ "$(on us -c "$batch")" = 0 ]
+check "the cell takes the batch" [ "$(ON_USER=outbox_link_control on us -c "$batch")" = 10 ]
+check "and not a second time" [ "$(ON_USER=outbox_link_control on us -c "$batch")" = 0 ]
 recovered=$(on control -c "SELECT recovered FROM outbox.link_status WHERE destination = 'us'")
 # A new connection: the worker restarts (the postmaster starts it again).
 on control -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" >/dev/null
@@ -185,7 +219,7 @@ check "and acknowledges it with the next batch" wait_on us 30 \
     "SELECT count(*) FROM outbox.inbox WHERE batch = 4242" 0
 check "each applied once in us" wait_on us 30 \
     "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE object BETWEEN 5001 AND 5010" "10 10"
-check "eu gets them from the link (another origin's batch deleted none)" wait_on eu 30 \
+check "eu gets them from the link" wait_on eu 30 \
     "SELECT count(DISTINCT object) FROM applied WHERE object BETWEEN 5001 AND 5010" 10
 
 # 5. The sending worker SIGKILLed while a stream of 3,000 users goes out
@@ -227,13 +261,14 @@ CREATE SERVER rogue FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1',
 RESET ROLE;
 CREATE USER MAPPING FOR postgres SERVER rogue;
 SELECT outbox.register_cell('xx');
+CREATE ROLE outbox_link_xx LOGIN;
 SQL
-refused=$(on control -c "SELECT outbox.set_cell_server('xx', 'rogue')" 2>&1)
+refused=$(on control -c "SELECT outbox.set_cell_server('xx', 'rogue', 'outbox_link_xx')" 2>&1)
 check "set_cell_server refuses a server a non-superuser owns" \
     grep -q 'server rogue is owned by server_owner, not a superuser' <<<"$refused"
 on control >/dev/null <<'SQL'
 ALTER SERVER rogue OWNER TO postgres;
-SELECT outbox.set_cell_server('xx', 'rogue');
+SELECT outbox.set_cell_server('xx', 'rogue', 'outbox_link_xx');
 ALTER SERVER rogue OWNER TO server_owner;
 INSERT INTO auth_user VALUES (40001, 'after the rogue server');
 SQL
@@ -245,8 +280,8 @@ check "the other links go on" wait_on us 30 "SELECT count(*) FROM applied WHERE 
 # received longer ago than that (checked once a minute, and when it starts).
 # A batch from control waits unacknowledged (control's worker held off).
 on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-on us -c "SELECT FROM outbox.received('$origin', 97)" \
-      -c "SELECT outbox.receive('$origin', 'control', 97, 4343, '{}', '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
+ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 97)" \
+    -c "SELECT outbox.receive(1, 97, 4343, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
 before=$(on us -c "SELECT count(*) || ' ' || max(received_at) FROM outbox.inbox")
 on us -c "ALTER SYSTEM SET outbox.inbox_retention = '1s'" >/dev/null
 sleep 1.1
@@ -277,5 +312,44 @@ check "us gets every one once it is fast again" wait_on us 60 \
 sleep 2 # anything sent twice would arrive meanwhile
 check "none applied twice" [ "$(applied_users us 30001 30500)" = "500 500" ]
 on control -c "ALTER SYSTEM RESET outbox.link_timeout" -c "SELECT pg_reload_conf()" >/dev/null
+
+# 9. Configuration takes effect at the next round (issue 25, item 7): us's
+# server pointed elsewhere (control's own database, where control's link
+# role does not exist) while the link is connected: the next round goes
+# there and fails, visibly, and us gets nothing through the old
+# connection; a changed user mapping redials too; set back, us gets it.
+on control >/dev/null <<SQL
+CREATE SERVER cell_us_moved FOREIGN DATA WRAPPER postgres_fdw
+    OPTIONS (host '127.0.0.1', port '${CELL_PORT[control]}', dbname 'postgres');
+CREATE USER MAPPING FOR postgres SERVER cell_us_moved OPTIONS (user 'outbox_link_control');
+SELECT outbox.set_cell_server('us', 'cell_us_moved', 'outbox_link_us');
+SQL
+# (A cycle that read the links before the change may still send through
+# the old connection; the next one reads them again.)
+sleep 1
+on control -c "INSERT INTO auth_user VALUES (50001, 'user 50001')"
+check "a changed server is used at the next round" wait_on control 30 \
+    "SELECT server || ': ' || (last_error LIKE '%outbox_link_control%does not exist%') FROM outbox.link_status WHERE destination = 'us'" "cell_us_moved: true"
+check "and the old connection carried nothing more" \
+    [ "$(on us -c "SELECT count(*) FROM applied WHERE object = 50001")" = 0 ]
+on control -c "SELECT outbox.set_cell_server('us', 'cell_us', 'outbox_link_us')" \
+    -c "ALTER USER MAPPING FOR postgres SERVER cell_us OPTIONS (SET user 'nobody_here')" >/dev/null
+check "a changed user mapping is used at the next round" wait_on control 30 \
+    "SELECT last_error LIKE '%nobody_here%' FROM outbox.link_status WHERE destination = 'us'" t
+on control -c "ALTER USER MAPPING FOR postgres SERVER cell_us OPTIONS (SET user 'outbox_link_control')" >/dev/null
+check "set back, us gets the message" wait_on us 60 "SELECT count(*) FROM applied WHERE object = 50001" 1
+
+# 10. Scopes travel by name (item 8): eu numbers User 3 (control: 1).  eu's
+# own pause of its shard (User, 60001) holds control's message for it,
+# which arrives with eu's number; resumed, it is applied.
+on eu -c "SELECT outbox.pause_shard('control', 3, 60001, 'eu')" >/dev/null
+on control -c "INSERT INTO auth_user VALUES (60001, 'user 60001')"
+check "us applies it" wait_on us 30 "SELECT count(*) FROM applied WHERE object = 60001" 1
+check "eu holds it under its own scope number" wait_on eu 30 \
+    "SELECT count(*) FROM outbox.control_outbox WHERE shard_scope = 3 AND shard_identifier = 60001" 1
+sleep 1
+check "and does not apply it while paused" [ "$(on eu -c "SELECT count(*) FROM applied WHERE object = 60001")" = 0 ]
+on eu -c "SELECT outbox.resume_shard('control', 3, 60001, 'eu')" >/dev/null
+check "resumed, eu applies it" wait_on eu 30 "SELECT count(*) FROM applied WHERE object = 60001" 1
 
 checks_done cells

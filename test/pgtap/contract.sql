@@ -118,11 +118,11 @@ SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_argum
              FROM pg_proc p
             WHERE p.pronamespace = 'outbox'::regnamespace
               AND p.proname IN ('receive', 'received')),
-          $$outbox.receive(text,text,bigint,bigint,bigint[],integer[],bigint[],text[],text[],bigint[],jsonb[],text[],bigint[],bigint[]) origin text, silo text, session bigint, batch bigint, row_ids bigint[], shard_scopes integer[], shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[], payloads jsonb[], tombstone_tables text[] DEFAULT '{}'::text[], tombstone_objects bigint[] DEFAULT '{}'::bigint[], acknowledged bigint[] DEFAULT '{}'::bigint[] -> integer
-outbox.received(text,bigint) origin text, session bigint -> TABLE(batch bigint, row_ids bigint[], messages integer)$$,
-          'the receiving side of a link');
-SELECT ok(NOT has_function_privilege('public', 'outbox.receive(text, text, bigint, bigint, bigint[], int[], bigint[], text[], text[], bigint[], jsonb[], text[], bigint[], bigint[])', 'EXECUTE')
-          AND NOT has_function_privilege('public', 'outbox.received(text, bigint)', 'EXECUTE'),
+          $$outbox.receive(integer,bigint,bigint,text,bigint[],text[],bigint[],text[],text[],bigint[],jsonb[],text[],bigint[]) protocol integer, session bigint, batch bigint, receipt text, row_ids bigint[], shard_scopes text[], shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[], payloads jsonb[], tombstones text[], acknowledged bigint[] DEFAULT '{}'::bigint[] -> integer
+outbox.received(integer,bigint) protocol integer, session bigint -> TABLE(batch bigint, row_ids bigint[], messages integer, receipt text)$$,
+          'the receiving side of a link (link protocol 1)');
+SELECT ok(NOT has_function_privilege('public', 'outbox.receive(int, bigint, bigint, text, bigint[], text[], bigint[], text[], text[], bigint[], jsonb[], text[], bigint[])', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.received(int, bigint)', 'EXECUTE'),
           'nobody may call them by default');
 SELECT is(current_setting('outbox.link_batch_size'), '5000', 'outbox.link_batch_size defaults to 5000');
 SELECT is(current_setting('outbox.link_timeout'), '30s', 'outbox.link_timeout defaults to 30 s');

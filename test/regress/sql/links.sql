@@ -1,6 +1,10 @@
 -- Links between clusters (SPEC section 11): the receiving side's
 -- outbox.receive() and its inbox, the configuration functions, bad
 -- arguments and roles.  Three real clusters: test/integration/cells.sh.
+-- This database plays both ends: control's peer for cell us (us logs in
+-- as links_us) and cell us's peer for control (control logs in as
+-- links_ctl).  The receiving functions know a sender by its login role
+-- (session_user), never by its arguments.
 \set SHOW_CONTEXT never
 SET client_min_messages = warning;
 DROP EXTENSION pg_outbox CASCADE;
@@ -8,61 +12,27 @@ CREATE EXTENSION IF NOT EXISTS postgres_fdw;
 RESET client_min_messages;
 CREATE EXTENSION pg_outbox;
 SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_scope('User', 1);
 SELECT outbox.register_category('org_update', 'Org', 0);
-SELECT outbox.register_category('user_update', 'Org', 1);
+SELECT outbox.register_category('user_update', 'User', 1);
 SELECT outbox.register_cell('us');
+SELECT outbox.register_cell('eu');
 CREATE SERVER links_test FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname 'nowhere');
+CREATE ROLE links_us LOGIN;
+CREATE ROLE links_eu LOGIN;
+CREATE ROLE links_ctl LOGIN;
+CREATE ROLE links_app LOGIN;
+CREATE ROLE links_monitor LOGIN IN ROLE pg_monitor;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_us, links_eu, links_ctl, links_app;
 CREATE VIEW rows AS
-SELECT 'control' AS silo, shard_identifier, category, object_identifier, payload, cell_name
+SELECT 'control' AS silo, shard_scope, shard_identifier, category, object_identifier, payload,
+       cell_name
   FROM outbox.control_outbox
 UNION ALL
-SELECT 'cell', shard_identifier, category, object_identifier, payload, NULL FROM outbox.cell_outbox
-ORDER BY 1, 2, 4, 5;
-
--- A sender's connection starts with outbox.received() and a new session
--- token: nothing received yet.
-SELECT * FROM outbox.received('control', 1);
--- A batch from control for cell us: taken into the control outbox, in
--- order, and recorded in the inbox with the sender's row ids; the same
--- batch again (a sender whose answer was lost): nothing.
-SELECT outbox.receive('control', 'control', 1, 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
-                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
-                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
-SELECT * FROM rows;
-SELECT outbox.receive('control', 'control', 1, 11, '{1000,1001,2000,3000}', '{0,0,0}', '{5,5,6}',
-                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
-                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[]);
-SELECT count(*) FROM rows;
--- What a sender that lost its answer asks for on its next connection:
--- batch 11, its rows.  The older connection's batches are refused now.
-SELECT * FROM outbox.received('control', 2);
-SELECT origin, session FROM outbox.inbox_sessions;
-\set VERBOSITY terse
-SELECT outbox.receive('control', 'control', 1, 99, '{5000}', '{0}', '{5}', '{us}', '{user_update}',
-                      '{50}', ARRAY['{"v": 4}']::jsonb[]);
-\set VERBOSITY default
--- The next batch acknowledges batch 11: the inbox forgets it.
-SELECT outbox.receive('control', 'control', 2, 12, '{4000}', '{0}', '{5}', '{us}', '{user_update}',
-                      '{50}', ARRAY['{"v": 3}']::jsonb[], acknowledged => '{11}');
-SELECT * FROM rows;
-SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY batch;
--- Another origin is another sender, with batches of its own: cell
--- messages from us, and tombstones; another origin's acknowledgement
--- forgets nothing of control's.
-SELECT * FROM outbox.received('us', 5);
-SELECT outbox.receive('us', 'cell', 5, 12, '{7}', '{0}', '{7}', '{""}', '{org_update}', '{70}',
-                      ARRAY['{"name": "acme"}']::jsonb[], '{organization}', '{71}');
-SELECT outbox.receive('control', 'control', 2, 13, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
-                      '{auth_user,auth_user}', '{9,9}');
-SELECT outbox.receive('us', 'cell', 5, 14, '{}', '{}', '{}', '{}', '{}', '{}', '{}',
-                      acknowledged => '{12,13}');
-SELECT * FROM rows;
-SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY origin, batch;
-SELECT * FROM outbox.received('us', 6);
-SELECT table_name, object_identifier FROM outbox.control_tombstone;
-SELECT table_name, object_identifier FROM outbox.cell_tombstone;
-
--- Bad arguments: nothing is taken.
+SELECT 'cell', shard_scope, shard_identifier, category, object_identifier, payload, NULL
+  FROM outbox.cell_outbox
+ORDER BY 1, 3, 5, 6;
+GRANT SELECT ON rows TO PUBLIC;
 CREATE FUNCTION pg_temp.err(statement text) RETURNS text LANGUAGE plpgsql AS $$
 BEGIN
     EXECUTE statement;
@@ -70,73 +40,149 @@ BEGIN
 EXCEPTION WHEN OTHERS THEN
     RETURN SQLSTATE || ': ' || SQLERRM;
 END $$;
-SELECT pg_temp.err($$SELECT outbox.receive(NULL, 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'moon', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', NULL, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{0}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', NULL, '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{1}', '{0}', '{1}', '{""}', '{nope}', '{1}', '{NULL}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'control', 1, 1, '{1}', '{0}', '{1}', '{NULL}', '{org_update}', '{1}', '{NULL}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{t}', '{}')$$);
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}', acknowledged => NULL)$$);
--- A sender that never called outbox.received(): refused.
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT * FROM outbox.received('x', NULL)$$);
-SELECT count(*) FROM outbox.inbox WHERE origin = 'x';
-SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'no_such_server')$$);
-SELECT pg_temp.err($$SELECT outbox.set_cell_server('mars', 'links_test')$$);
-SELECT pg_temp.err($$SELECT outbox.set_cell_server(NULL, 'links_test')$$);
-SELECT pg_temp.err($$SELECT outbox.link_control('no_such_server', 'us')$$);
-SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'mars')$$);
-SELECT pg_temp.err($$SELECT outbox.link_control(NULL, 'us')$$);
+
+-- The configuration: each peer is named with its own link role.
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test', 'no_such_role')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test', 'postgres')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', NULL, 'links_us')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'no_such_server', 'links_us')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('mars', 'links_test', 'links_us')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server(NULL, 'links_test', 'links_us')$$);
+SELECT count(*) AS no_secret_yet FROM outbox.link_secret;
+SELECT outbox.set_cell_server('us', 'links_test', 'links_us');
+SELECT outbox.set_cell_server('eu', 'links_test', 'links_eu');
+SELECT length(secret) AS secret_bytes FROM outbox.link_secret;
+-- One role, one peer.
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('eu', 'links_test', 'links_us')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us', 'links_eu')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('no_such_server', 'us', 'links_ctl')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'mars', 'links_ctl')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control(NULL, 'us', 'links_ctl')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us', NULL)$$);
+SELECT outbox.link_control('links_test', 'us', 'links_ctl');
+SELECT name, server, link_role FROM outbox.cells ORDER BY name;
+SELECT server, cell_name, link_role FROM outbox.control_link;
 -- A server a non-superuser owns is refused at once: its owner could point
 -- it at another host and receive the worker's credentials there.
 CREATE ROLE links_server_owner;
 CREATE SERVER links_rogue FOREIGN DATA WRAPPER postgres_fdw OPTIONS (host '127.0.0.1');
 ALTER SERVER links_rogue OWNER TO links_server_owner;
-SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_rogue')$$);
-SELECT pg_temp.err($$SELECT outbox.link_control('links_rogue', 'us')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_rogue', 'links_us')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_rogue', 'us', 'links_ctl')$$);
 DROP SERVER links_rogue;
 DROP ROLE links_server_owner;
-SELECT outbox.set_cell_server('us', 'links_test');
-SELECT name, server FROM outbox.cells;
-SELECT outbox.link_control('links_test', 'us');
-SELECT server, cell_name FROM outbox.control_link;
--- Linked as cell us, it takes control's messages for us only.
-SELECT pg_temp.err($$SELECT outbox.receive('control', 'control', 2, 20, '{1}', '{0}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}')$$);
-SELECT outbox.receive('control', 'control', 2, 21, '{1}', '{0}', '{9}', '{us}', '{user_update}', '{90}', '{NULL}');
-SELECT outbox.unlink_control();
-SELECT outbox.set_cell_server('us', NULL);
 
--- Roles: only the extension owner configures links; outbox.receive() and
--- outbox.received() are granted to nobody until the owner grants them to
--- the link's role.
-CREATE ROLE links_app;
-CREATE ROLE links_monitor IN ROLE pg_monitor;
-CREATE ROLE links_peer;
-GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_peer;
-SET ROLE links_app;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT * FROM outbox.received('control', 1)$$);
-SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test')$$);
-SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us')$$);
-RESET ROLE;
-SET ROLE links_monitor;
-SELECT pg_temp.err($$SELECT outbox.receive('x', 'cell', 1, 1, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
-SELECT pg_temp.err($$SELECT * FROM outbox.received('control', 1)$$);
+-- Control (links_ctl) sends this cell its control messages.  A sender's
+-- connection starts with outbox.received() and a new session token:
+-- nothing received yet.
+SET SESSION AUTHORIZATION links_ctl;
+SELECT * FROM outbox.received(1, 1);
+-- A batch: taken into the control outbox, in order, scopes and categories
+-- by name, and recorded in the inbox with the sender's row ids and
+-- receipt; the same batch again (a sender whose answer was lost): nothing.
+SELECT outbox.receive(1, 1, 11, 'r11', '{1000,1001,2000,3000}', '{User,User,User}', '{5,5,6}',
+                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
+                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[], '{NULL,NULL,NULL}');
+SELECT * FROM rows;
+SELECT outbox.receive(1, 1, 11, 'r11', '{1000,1001,2000,3000}', '{User,User,User}', '{5,5,6}',
+                      '{us,us,us}', '{user_update,user_update,user_update}', '{50,51,60}',
+                      ARRAY['{"v": 1}', '{"v": 2}', NULL]::jsonb[], '{NULL,NULL,NULL}');
+SELECT count(*) FROM rows;
+-- What a sender that lost its answer asks for on its next connection:
+-- batch 11, its rows and receipt.  The older connection's batches are
+-- refused now.
+SELECT * FROM outbox.received(1, 2);
+\set VERBOSITY terse
+SELECT outbox.receive(1, 1, 99, 'r99', '{5000}', '{User}', '{5}', '{us}', '{user_update}',
+                      '{50}', ARRAY['{"v": 4}']::jsonb[], '{NULL}');
+\set VERBOSITY default
+-- The next batch acknowledges batch 11: the inbox forgets it.  A deleted
+-- user's message brings its tombstone (auth_user, 9).
+SELECT outbox.receive(1, 2, 12, 'r12', '{4000,4001}', '{User,User}', '{5,9}', '{us,us}',
+                      '{user_update,user_update}', '{50,9}', ARRAY['{"v": 3}', NULL]::jsonb[],
+                      '{NULL,auth_user}', acknowledged => '{11}');
+-- Control sends this cell nothing of another cell, nor a NULL cell.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 2, 20, 'r', '{1}', '{User}', '{9}', '{eu}', '{user_update}', '{90}', '{NULL}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 2, 21, 'r', '{1}', '{User}', '{9}', '{NULL}', '{user_update}', '{90}', '{NULL}', '{NULL}')$$);
+RESET SESSION AUTHORIZATION;
+SELECT * FROM rows;
+SELECT origin, batch, row_ids, messages, receipt FROM outbox.inbox ORDER BY batch;
+SELECT table_name, object_identifier FROM outbox.cell_tombstone;
+
+-- Cell us (links_us) sends control its cell messages, with tombstones.
+SET SESSION AUTHORIZATION links_us;
+SELECT * FROM outbox.received(1, 5);
+SELECT outbox.receive(1, 5, 12, 'u12', '{7,8}', '{Org,Org}', '{7,71}', '{us,us}',
+                      '{org_update,org_update}', '{70,71}',
+                      ARRAY['{"name": "acme"}', NULL]::jsonb[], '{NULL,organization}');
+-- Its own name only: not eu's, not control's messages, not a NULL one.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 5, 13, 'r', '{1}', '{Org}', '{7}', '{eu}', '{org_update}', '{70}', '{NULL}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 5, 13, 'r', '{1}', '{Org}', '{7}', '{""}', '{org_update}', '{70}', '{NULL}', '{NULL}')$$);
+-- It sees its own batches only: control's batch 12 is not us's.
+SELECT batch, row_ids, receipt FROM outbox.received(1, 6);
+SELECT outbox.receive(1, 6, 14, 'u14', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}',
+                      acknowledged => '{12}');
+RESET SESSION AUTHORIZATION;
+SELECT * FROM rows WHERE silo = 'cell';
+SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY origin, batch;
+SELECT table_name, object_identifier FROM outbox.control_tombstone;
+
+-- Bad arguments (as cell us): nothing is taken.
+SET SESSION AUTHORIZATION links_us;
+SELECT pg_temp.err($$SELECT outbox.receive(2, 6, 1, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received(0, 6)$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received(NULL, 6)$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, NULL, 1, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, NULL, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', NULL, '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{}', '{Org}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{}', NULL, '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{1}', '{Org}', '{1}', '{us}', '{nope}', '{1}', '{NULL}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{1}', '{Moon}', '{1}', '{us}', '{org_update}', '{1}', '{NULL}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{1}', '{Org}', '{1}', '{us}', '{org_update}', '{1}', '{NULL}', '{}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 1, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}', acknowledged => NULL)$$);
+-- A session that is not the current one: refused.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 5, 1, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')$$);
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, NULL)$$);
+RESET SESSION AUTHORIZATION;
+SELECT count(*) FROM outbox.inbox WHERE batch = 1;
+
+-- Who may speak: a peer's link role only.  A role granted the functions
+-- but named for no peer, a superuser, and cell eu before it has sent
+-- anything (no session) are refused; eu cannot take over us's session or
+-- read its batches.
+SET SESSION AUTHORIZATION links_app;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 7)$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 30, 'r', '{1}', '{Org}', '{8}', '{us}', '{org_update}', '{80}', '{NULL}', '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.set_cell_server('us', 'links_test', 'links_app')$$);
+SELECT pg_temp.err($$SELECT outbox.link_control('links_test', 'us', 'links_app')$$);
+RESET SESSION AUTHORIZATION;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 7)$$);
+SET SESSION AUTHORIZATION links_eu;
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 31, 'r', '{1}', '{Org}', '{8}', '{eu}', '{org_update}', '{80}', '{NULL}', '{NULL}')$$);
+SELECT * FROM outbox.received(1, 8);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 32, 'r', '{1}', '{Org}', '{8}', '{us}', '{org_update}', '{80}', '{NULL}', '{NULL}')$$);
+SELECT outbox.receive(1, 8, 33, 'e33', '{1}', '{Org}', '{8}', '{eu}', '{org_update}', '{80}', '{NULL}', '{NULL}');
+RESET SESSION AUTHORIZATION;
+SELECT origin, session FROM outbox.inbox_sessions ORDER BY origin;
+SET SESSION AUTHORIZATION links_monitor;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 9)$$);
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.inbox$$);
+SELECT pg_temp.err($$SELECT count(*) FROM outbox.link_secret$$);
 SELECT count(*) >= 0 AS reads_link_status FROM outbox.link_status;
-RESET ROLE;
-SET ROLE links_peer;
-SELECT * FROM outbox.received('peer', 7);
-SELECT outbox.receive('peer', 'cell', 7, 30, '{1}', '{0}', '{8}', '{""}', '{org_update}', '{80}', '{NULL}');
-SELECT batch, row_ids FROM outbox.received('peer', 8);
-SELECT pg_temp.err($$SELECT count(*) FROM outbox.cell_outbox$$);
-RESET ROLE;
-SELECT * FROM rows WHERE shard_identifier = 8;
+RESET SESSION AUTHORIZATION;
+-- A peer is a peer only while it is linked: unlinked, control's role is
+-- refused (a cell that never called outbox.link_control() takes nothing).
+SELECT outbox.unlink_control();
+SET SESSION AUTHORIZATION links_ctl;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 3)$$);
+RESET SESSION AUTHORIZATION;
+SELECT outbox.set_cell_server('us', NULL);
+SELECT outbox.set_cell_server('eu', NULL);
+SELECT name, server, link_role FROM outbox.cells ORDER BY name;
 DROP VIEW rows;
 DROP SERVER links_test;
-REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM links_peer;
-DROP ROLE links_app, links_monitor, links_peer;
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM links_us, links_eu, links_ctl, links_app;
+DROP ROLE links_us, links_eu, links_ctl, links_app, links_monitor;
