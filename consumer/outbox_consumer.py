@@ -18,12 +18,13 @@ import sys
 import psycopg2
 
 COLUMNS = ("claim", "message_number", "silo", "shard_scope", "shard_identifier",
-           "cell_name", "category", "object_identifier", "payload")
+           "cell_name", "category", "object_identifier", "payload", "first_id", "last_id",
+           "coalesced", "lease_until")  # every column of outbox.claimed_message
 
 
 def handle(message):
     """Delivers one message (a dict of COLUMNS); raise to fail it."""
-    print(json.dumps(message), flush=True)
+    print(json.dumps(message, default=str), flush=True)
 
 
 class Consumer:
@@ -71,19 +72,24 @@ class Consumer:
             except Exception as error:  # the shard backs off, as after a handler's error
                 failed.add(claim)
                 del handled[claim]
-                self.cur.execute("SELECT outbox.fail(%s, %s, %s)",
-                                 (claim, message["message_number"], repr(error)[:1000]))
+                self.call_refusable("failure", "SELECT outbox.fail(%s, %s, %s)",
+                                    (claim, message["message_number"], repr(error)[:1000]))
                 continue
             handled[claim] = message["message_number"]
         if handled:
-            try:
-                self.cur.execute("SELECT outbox.complete(%s, %s)",
-                                 (list(handled), list(handled.values())))
-            except psycopg2.Error as error:  # 55000: a lease ended; delivered again later
-                if error.pgcode != "55000":
-                    raise
-                print("outbox: completion refused:", error.pgerror.strip(), file=sys.stderr)
+            self.call_refusable("completion", "SELECT outbox.complete(%s, %s)",
+                                (list(handled), list(handled.values())))
         return len(rows)
+
+    def call_refusable(self, what, sql, args):
+        """complete() or fail(); refused with 55000 when a lease ended: logged, not fatal
+        (the shard's messages are delivered again later)."""
+        try:
+            self.cur.execute(sql, args)
+        except psycopg2.Error as error:
+            if error.pgcode != "55000":
+                raise
+            print("outbox: %s refused:" % what, error.pgerror.strip(), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -229,11 +229,15 @@ SELECT coalesce(c.id, s.category) AS category, c.name AS category_name,
 -- running now: starting, restarting after a crash, or too few
 -- max_worker_processes) or not_preloaded (no worker without
 -- shared_preload_libraries).  Totals since the server started or the last
--- outbox.stats_reset(); last_error is the last failure the worker logged.
+-- outbox.stats_reset(); last_error is the last failure the worker logged;
+-- backfill_max_shard_depth is the hot-shard guard the worker applies now
+-- (it reads a reload before each backfill step): open a gate once it shows
+-- the value just set.
 CREATE OR REPLACE FUNCTION outbox._worker_status(OUT state text, OUT pid int, OUT database text,
     OUT last_cycle_start timestamptz, OUT last_cycle_end timestamptz, OUT shards_drained bigint,
     OUT messages_delivered bigint, OUT rows_scheduled bigint, OUT rows_backfilled bigint,
-    OUT backfill_budget_left bigint, OUT backfill_paused boolean, OUT last_error text,
+    OUT backfill_budget_left bigint, OUT backfill_paused boolean,
+    OUT backfill_max_shard_depth int, OUT last_error text,
     OUT last_error_at timestamptz)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__worker_status';
 

@@ -19,6 +19,9 @@
 -- changes, so it and the view on it are made again by functions/.
 DROP VIEW outbox.backfill_status;
 DROP FUNCTION outbox._backfill_status();
+-- So does outbox._worker_status() (backfill_max_shard_depth).
+DROP VIEW outbox.worker_status;
+DROP FUNCTION outbox._worker_status();
 
 -- A cross-silo reference from an unregistered table outside public is named
 -- with its schema in its watermark keys (they were shared with a table of

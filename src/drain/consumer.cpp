@@ -61,20 +61,23 @@ const char *category_name(const Categories *categories, int32 id) {
 }
 
 // The categories that role may consume: of names when given (an unknown or
-// refused name is an ERROR), else all that it holds CONSUME on.  Inside SPI,
-// as the extension's owner.
+// refused name is an ERROR), else all that it holds CONSUME on and that
+// have no handler here (the worker's: a claim takes those only when it
+// names them).  Inside SPI, as the extension's owner.
 Categories consumable_categories(Oid role, ArrayType *names) {
     Oid types[2] = {TEXTARRAYOID, OIDOID};
     Datum args[2] = {names ? PointerGetDatum(names) : (Datum)0, ObjectIdGetDatum(role)};
     char nulls[2] = {names ? ' ' : 'n', ' '};
     static SPIPlanPtr plan = nullptr;
-    uint64 n = pg::spi_run_kept(
-        &plan, "reading the categories a role may consume",
-        "SELECT c.id, c.name, EXISTS (SELECT FROM outbox.category_grants g"
-        " WHERE g.category = c.id AND g.privilege = 'CONSUME'"
-        " AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
-        " FROM outbox.categories c WHERE $1 IS NULL OR c.name = ANY ($1) ORDER BY c.id",
-        2, types, args, nulls, true, SPI_OK_SELECT);
+    uint64 n =
+        pg::spi_run_kept(&plan, "reading the categories a role may consume",
+                         "SELECT c.id, c.name, EXISTS (SELECT FROM outbox.category_grants g"
+                         " WHERE g.category = c.id AND g.privilege = 'CONSUME'"
+                         " AND pg_catalog.pg_has_role($2, g.role, 'USAGE'))"
+                         " FROM outbox.categories c WHERE CASE WHEN $1 IS NULL"
+                         " THEN NOT EXISTS (SELECT FROM outbox.handlers h WHERE h.category = c.id)"
+                         " ELSE c.name = ANY ($1) END ORDER BY c.id",
+                         2, types, args, nulls, true, SPI_OK_SELECT);
     bool everything = superuser_arg(role);
     Categories result = {0, (int32 *)palloc(sizeof(int32) * Max(n, 1)),
                          (char **)palloc(sizeof(char *) * Max(n, 1))};
@@ -666,10 +669,10 @@ OUTBOX_FUNCTION(outbox_claim) {
     TimestampTz lease_until = claimed_at + lease_usecs;
     bool started = false;
     int messages = 0, shards = 0;
-    // Rows are read to make messages: as many as the messages still wanted
-    // take, by the rows per message seen so far (coalescing), so that a
-    // claim is mostly one batch of whole shards.
-    int64 rows_read = 0, messages_made = 0;
+    // Rows are read and coalesced as the drain does (SPEC section 4): up to
+    // outbox.drain_batch_size rows of a shard a read, so that one object's
+    // rows within a read are one message with the newest payload;
+    // max_messages counts messages.
     MemoryContext work =
         AllocSetContextCreate(CurrentMemoryContext, "pg_outbox claim", ALLOCSET_DEFAULT_SIZES);
     while (messages < max_messages && shards < drain_max_shards) {
@@ -680,10 +683,8 @@ OUTBOX_FUNCTION(outbox_claim) {
             started = true;
         }
         int wanted = max_messages - messages;
-        double rows_per_message =
-            messages_made > 0 ? Max((double)rows_read / (double)messages_made, 1.0) : 1.0;
-        int rows = (int)Min((double)Max(drain_batch_size, wanted), wanted * rows_per_message + 1);
-        DrainBatch *batch = drain_pass_next(session_pass, rows, drain_max_shards - shards);
+        DrainBatch *batch =
+            drain_pass_next(session_pass, drain_batch_size, drain_max_shards - shards);
         if (batch == nullptr) {
             end_session_pass();
             continue;
@@ -691,8 +692,6 @@ OUTBOX_FUNCTION(outbox_claim) {
         MemoryContext old = MemoryContextSwitchTo(work);
         LeasedBatch leased;
         lease_batch(batch, &leased);
-        rows_read += batch->nrows;
-        messages_made += leased.nmessages;
         // Beyond the messages wanted: not handed out.  A shard cut there
         // is claimed with its first messages; one past the cut waits for
         // the next pass.

@@ -44,6 +44,7 @@ struct DrainPass {
     int32 *categories;           // read; NULL: those with a handler
     int ncategories;
     char *cell_name; // control rows of this cell only; NULL: all
+    bool linked;     // a link's pass: reads the rows it delivers elsewhere
     int silo;        // being walked: 0 cell, 1 control
     int partition;   // being walked, in by_remainder order; -1 before the first
     Oid partition_relid;
@@ -161,11 +162,11 @@ bool read_next_partition(DrainPass *pass) {
     pass->partition_relid = outbox_of(pass->silo)->by_remainder[pass->partition].relid;
     const char *shard =
         control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
-    // Three kinds of read, each with a plan of its own: for handlers (rows
-    // that a link delivers to another cluster are left out), for claims,
-    // and for claims of one cell's rows ($3).
+    // Kinds of read, each with a plan of its own: for handlers, for claims,
+    // for claims of one cell's rows ($3), and the last two for a link's
+    // pass, which alone reads the rows a link delivers to another cluster.
     bool one_cell = control && pass->cell_name != nullptr;
-    int kind = pass->categories == nullptr ? 0 : one_cell ? 2 : 1;
+    int kind = (pass->categories == nullptr ? 0 : one_cell ? 2 : 1) + (pass->linked ? 3 : 0);
     char *sql = psprintf(
         "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added,"
         " shard_scope, shard_identifier, %s FROM ("
@@ -176,7 +177,7 @@ bool read_next_partition(DrainPass *pass) {
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
                                    get_rel_name(pass->partition_relid)),
         not_held(control ? Silo::Control : Silo::Cell),
-        kind == 0 ? linked_elsewhere(control ? Silo::Control : Silo::Cell) : "",
+        pass->linked ? "" : linked_elsewhere(control ? Silo::Control : Silo::Cell),
         one_cell ? " AND o.cell_name = $3" : "", shard);
     int ncategories = pass->categories ? pass->ncategories : registry->nhandlers;
     const int32 *read = pass->categories ? pass->categories : registry->handler_categories;
@@ -306,7 +307,7 @@ void settle_last_batch(DrainPass *pass) {
 } // namespace
 
 DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, int ncategories,
-                            const char *cell_name) {
+                            const char *cell_name, bool linked) {
     MemoryContext context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox drain pass", ALLOCSET_DEFAULT_SIZES);
     auto *pass = (DrainPass *)MemoryContextAllocZero(context, sizeof(DrainPass));
@@ -315,6 +316,7 @@ DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, in
         AllocSetContextCreate(context, "pg_outbox drain batch rows", ALLOCSET_DEFAULT_SIZES);
     pass->silos[0] = cell;
     pass->silos[1] = control;
+    pass->linked = linked;
     if (categories != nullptr) {
         pass->categories =
             (int32 *)MemoryContextAlloc(context, sizeof(int32) * Max(ncategories, 1));

@@ -28,12 +28,14 @@ namespace pgoutbox {
 struct DrainPass;
 
 // A pass over the due shards of the given silos, as of now, reading the
-// rows of the given categories (NULL: those that have a handler, but not
-// those a link delivers to another cluster), of one cell when cell_name is
-// given (control rows).  Lives in its own memory context under
-// TopMemoryContext until drain_pass_end.
+// rows of the given categories (NULL: those that have a handler), of one
+// cell when cell_name is given (control rows).  Rows that a link delivers
+// to another cluster are left out, except for a link's own pass (linked).
+// Lives in its own memory context under TopMemoryContext until
+// drain_pass_end.
 DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories = nullptr,
-                            int ncategories = 0, const char *cell_name = nullptr);
+                            int ncategories = 0, const char *cell_name = nullptr,
+                            bool linked = false);
 
 // The next batch, of at most max_rows rows of at most max_shards shards, or
 // NULL when the pass is over.  Inside SPI; reads the next partition when the

@@ -376,7 +376,7 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
 DrainPass *link_pass_begin(const LinkTarget *target) {
     return drain_pass_begin(!target->control_silo, target->control_silo, target->categories,
                             target->ncategories,
-                            target->control_silo ? target->destination : nullptr);
+                            target->control_silo ? target->destination : nullptr, true);
 }
 
 namespace {

@@ -119,9 +119,19 @@ void report_error(const char *what, ErrorData *edata) {
 constexpr int notify_interval_ms = 10;
 TimestampTz last_notify = 0;
 
+// The worker's timers are wall-clock timestamps (GetCurrentTimestamp), and
+// a virtual machine's clock can be stepped back (seen here: a minute): a
+// mark in the past that is now in the future counts as now, so that a step
+// back never holds the worker for its length.
+TimestampTz not_after_now(TimestampTz mark, TimestampTz now) {
+    return mark > now ? now : mark;
+}
+
 bool notify_due() {
+    TimestampTz now = GetCurrentTimestamp();
+    last_notify = not_after_now(last_notify, now);
     return pg_atomic_read_u32(&worker_shared->notify_pending) != 0 &&
-           TimestampDifferenceExceeds(last_notify, GetCurrentTimestamp(), notify_interval_ms);
+           TimestampDifferenceExceeds(last_notify, now, notify_interval_ms);
 }
 
 template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
@@ -325,6 +335,20 @@ void set_throttled(Oid relid, bool throttled) {
 // With outbox.backfill_max_shard_depth, a batch is at most that many ids,
 // so that a shard goes at most one batch past the bound, and a batch that
 // would add rows to a shard at the bound waits (backfill_batch).
+// A reload the postmaster signalled: the new settings hold from here on.
+// Between transactions: at the top of the loop, and before each backfill
+// step (an operator's new outbox.backfill_max_shard_depth is in force for
+// the next batch, not a cycle later, after a slow handler).
+void reload_settings() {
+    if (ConfigReloadPending) {
+        ConfigReloadPending = false;
+        ProcessConfigFile(PGC_SIGHUP);
+    }
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->backfill_max_shard_depth = backfill_max_shard_depth;
+    SpinLockRelease(&worker_shared->mutex);
+}
+
 void backfill(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (backfill_paused && now < backfill_retry_at)
@@ -337,6 +361,7 @@ void backfill(int64 budget) {
         [&] { ntables = local_tables(silo_mode, cycle_context, &tables, &names); }, nullptr);
     auto batch = [&](int i, int32 batch_size, int64 *ids, int64 *written) {
         CHECK_FOR_INTERRUPTS();
+        reload_settings();
         TablePause *pause = table_pause(tables[i], false);
         if (pause != nullptr && now < pause->retry_at)
             return BatchOutcome::Nothing;
@@ -474,6 +499,7 @@ TimestampTz checks_retried_at = 0;
 int checks_retry_ms = 5000;
 
 void retry_checks(TimestampTz now) {
+    checks_retried_at = not_after_now(checks_retried_at, now);
     if (!TimestampDifferenceExceeds(checks_retried_at, now, checks_retry_ms))
         return;
     checks_retried_at = now;
@@ -609,7 +635,8 @@ bool cycle() {
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.
-    if (window_start == 0 || TimestampDifferenceExceeds(window_start, start, 60000)) {
+    if (window_start == 0 || window_start > start ||
+        TimestampDifferenceExceeds(window_start, start, 60000)) {
         window_start = start;
         window_used = 0;
         window_backfilled = 0;
@@ -728,6 +755,7 @@ void outbox_worker_main(Datum) {
     worker_shared->latch = MyLatch;
     worker_shared->nthrottled = 0; // a worker before this one may have left some
     worker_shared->nfailing = 0;
+    worker_shared->backfill_max_shard_depth = backfill_max_shard_depth;
     SpinLockRelease(&worker_shared->mutex);
     before_shmem_exit(forget_pid, 0);
 
@@ -756,18 +784,18 @@ void outbox_worker_main(Datum) {
                         PG_WAIT_EXTENSION);
         ResetLatch(MyLatch);
         CHECK_FOR_INTERRUPTS();
-        bool requested = false;
-        if (ConfigReloadPending) {
-            ConfigReloadPending = false;
-            ProcessConfigFile(PGC_SIGHUP);
-            requested = true; // a new naptime, or the worker just enabled
-        }
+        // A reload starts a cycle: a new naptime, or the worker just enabled.
+        bool requested = ConfigReloadPending;
+        reload_settings();
         // Woken by a commit that wrote outbox rows: consumers learn of it
         // now; the cycle keeps its own pace.
         if (notify_due())
             in_transaction(
                 "pg_outbox: waking consumers", [] {}, nullptr);
         TimestampTz now = GetCurrentTimestamp();
+        // More than a naptime ahead: the clock was stepped back.
+        if (TimestampDifferenceExceeds(now, next_cycle, naptime_ms))
+            next_cycle = now;
         requested = pg_atomic_exchange_u32(&worker_shared->cycle_requested, 0) != 0 || requested;
         if (!busy && !requested && now < next_cycle)
             continue;

@@ -66,6 +66,7 @@ OUTBOX_FUNCTION(outbox__worker_status) {
         BACKFILLED,
         BUDGET,
         PAUSED,
+        GUARD,
         ERROR_TEXT,
         ERROR_AT,
         NCOLUMNS
@@ -101,6 +102,8 @@ OUTBOX_FUNCTION(outbox__worker_status) {
     values[BUDGET] = Int64GetDatum(copy.backfill_budget_left);
     nulls[BUDGET] = copy.last_cycle_end == 0;
     values[PAUSED] = BoolGetDatum(copy.backfill_paused);
+    values[GUARD] = Int32GetDatum(copy.backfill_max_shard_depth);
+    nulls[GUARD] = copy.pid == 0;
     values[ERROR_TEXT] = CStringGetTextDatum(copy.last_error);
     nulls[ERROR_TEXT] = copy.last_error_at == 0;
     values[ERROR_AT] = TimestampTzGetDatum(copy.last_error_at);

@@ -24,7 +24,10 @@ struct WorkerShared {
     int64 rows_scheduled;
     int64 rows_backfilled;
     int64 backfill_budget_left;
-    bool backfill_paused;      // the cursor store (Redis) failed: retrying
+    bool backfill_paused; // the cursor store (Redis) failed: retrying
+    // outbox.backfill_max_shard_depth as the worker applies it (read again
+    // before each backfill step)
+    int32 backfill_max_shard_depth;
     TimestampTz last_error_at; // 0: none since start or reset
     char last_error[256];
     // Tables whose backfill waits for a shard to drain

@@ -2,9 +2,9 @@
 """consumer/outbox_consumer.py as test/integration/consumers.sh runs it: the
 Consumer class with a handler that records each delivery in the table
 delivered (through its own connection, RECORD_DSN), sleeps DELAY seconds, and
-fails for the objects in FAIL_OBJECTS.  Configured by the environment:
-NAME, OUTBOX_DSN, RECORD_DSN, CATEGORIES (comma-separated), BATCH, LEASE,
-POLL, DELAY, FAIL_OBJECTS."""
+fails for the objects in FAIL_OBJECTS (after FAIL_AFTER seconds).
+Configured by the environment: NAME, OUTBOX_DSN, RECORD_DSN, CATEGORIES
+(comma-separated), BATCH, LEASE, POLL, DELAY, FAIL_OBJECTS, FAIL_AFTER."""
 import os
 import sys
 import time
@@ -17,6 +17,7 @@ env = os.environ.get
 name = env("NAME", "consumer")
 delay = float(env("DELAY", "0"))
 fail = {int(o) for o in env("FAIL_OBJECTS", "").split(",") if o}
+fail_after = float(env("FAIL_AFTER", "0"))
 record = psycopg2.connect(env("RECORD_DSN", ""))
 record.autocommit = True
 recorder = record.cursor()
@@ -25,6 +26,7 @@ recorder = record.cursor()
 def handle(message):
     started = time.time()
     if message["object_identifier"] in fail:
+        time.sleep(fail_after)
         raise RuntimeError("receiver refused object %d" % message["object_identifier"])
     time.sleep(delay)
     payload = message["payload"] or {}

@@ -142,6 +142,29 @@ kill -TERM "${pids[@]}" 2>/dev/null
 wait "${pids[@]}" 2>/dev/null
 pids=()
 q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier = 2000" >/dev/null
+# A handler that fails after its lease ended: fail() is refused as well,
+# logged, and the consumer goes on (0.9.0's died of the 55000).
+consumer late_failure FAIL_OBJECTS=2500 FAIL_AFTER=1.5 LEASE='1 second' POLL=0.2
+late_pid=$!
+q -c "INSERT INTO orgs (id, seq) VALUES (2500, 1)" >/dev/null
+wait_log() { # SECONDS PATTERN FILE
+    local deadline=$((SECONDS + $1))
+    while ((SECONDS < deadline)); do
+        grep -q "$2" "$3" 2>/dev/null && return 0
+        sleep 0.2
+    done
+    return 1
+}
+check "a late failure is refused, and the consumer says why" \
+    wait_log 30 'failure refused.*the lease of claim .* ended' "$logs/late_failure.err"
+q -c "INSERT INTO orgs (id, seq) VALUES (2501, 1)" >/dev/null
+check "and the consumer goes on: it delivers the next message" wait_for 30 \
+    "SELECT count(*) FROM delivered WHERE object = 2501" 1
+check "still running" kill -0 "$late_pid"
+kill -TERM "${pids[@]}" 2>/dev/null
+wait "${pids[@]}" 2>/dev/null
+pids=()
+q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier IN (2500, 2501)" >/dev/null
 
 # 4. Failures: the shard backs off with the error in shard_depth; with
 # max_attempts 2 the second failure moves the message to the dead letters,

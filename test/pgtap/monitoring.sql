@@ -17,6 +17,7 @@ SELECT columns_are('outbox', 'stats', ARRAY['category', 'category_name', 'saved'
 SELECT columns_are('outbox', 'worker_status', ARRAY['state', 'pid', 'database',
     'last_cycle_start', 'last_cycle_end', 'shards_drained', 'messages_delivered',
     'rows_scheduled', 'rows_backfilled', 'backfill_budget_left', 'backfill_paused',
+    'backfill_max_shard_depth',
     'last_error', 'last_error_at']);
 SELECT function_returns('outbox', 'metrics', ARRAY[]::text[], 'text');
 SELECT function_returns('outbox', 'stats_reset', ARRAY[]::text[], 'void');

@@ -276,3 +276,64 @@ DROP TABLE got, again, org, seen;
 DROP VIEW claims, outbox_rows;
 DROP FUNCTION h(outbox.message);
 DROP ROLE consumer_org, consumer_app, consumer_owner, consumer_monitor, consumer_member;
+
+-- A claim reads and coalesces as the drain does (issue 26, item 1): one
+-- object written 100 times in one shard is one message of 100 rows with
+-- the newest payload, and max_messages counts messages.
+DELETE FROM outbox.cell_outbox;
+DELETE FROM outbox.control_outbox;
+DELETE FROM outbox.consumer_claims;
+CREATE TABLE hot (id bigint PRIMARY KEY, name text);
+SELECT outbox.register_table('hot', 'user_update', 'cell', shard_column => 'id',
+                             payload_columns => '{name}');
+INSERT INTO hot VALUES (500, 'v0');
+DO $$ BEGIN FOR i IN 1..99 LOOP UPDATE hot SET name = 'v' || i WHERE id = 500; END LOOP; END $$;
+CREATE TABLE hot_got AS SELECT * FROM outbox.claim(1, '1 minute', '{user_update}');
+SELECT message_number, shard_identifier, object_identifier, coalesced, payload->>'name' AS name
+  FROM hot_got;
+SELECT outbox.complete(array_agg(claim)) FROM hot_got;
+SELECT shard_identifier, count(*) FROM outbox.cell_outbox GROUP BY 1 ORDER BY 1;
+-- Reads of outbox.drain_batch_size rows: 30 at a time, so the object's
+-- first message coalesces 30 rows, as drain_shard() would deliver them.
+INSERT INTO hot VALUES (501, 'w0');
+DO $$ BEGIN FOR i IN 1..40 LOOP UPDATE hot SET name = 'w' || i WHERE id = 501; END LOOP; END $$;
+SET outbox.drain_batch_size = 30;
+SELECT message_number, object_identifier, coalesced, payload->>'name' AS name
+  FROM outbox.claim(5, '1 minute', '{user_update}');
+RESET outbox.drain_batch_size;
+DELETE FROM outbox.cell_outbox;
+DELETE FROM outbox.consumer_claims;
+
+-- A claim leaves alone the messages a link carries to another cluster
+-- (item 2): cell us is linked, eu is not.
+SET client_min_messages = warning;
+CREATE EXTENSION IF NOT EXISTS postgres_fdw;
+RESET client_min_messages;
+SELECT outbox.register_cell('eu');
+CREATE SERVER consumers_link FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname 'nowhere');
+CREATE ROLE consumers_link_us;
+SELECT outbox.set_cell_server('us', 'consumers_link', 'consumers_link_us');
+INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier,
+                                   payload, cell_name)
+VALUES (0, 600, 0, 600, NULL, 'us'), (0, 601, 0, 601, NULL, 'eu');
+SELECT shard_identifier, cell_name FROM outbox.claim(10, '1 minute', '{org_update}', 'control');
+SELECT shard_identifier, cell_name FROM outbox.claim(10, '1 minute', '{org_update}', 'control', 'us');
+SELECT outbox.set_cell_server('us', NULL);
+DROP SERVER consumers_link;
+DROP ROLE consumers_link_us;
+DELETE FROM outbox.control_outbox;
+DELETE FROM outbox.consumer_claims;
+
+-- A claim without categories never takes a category that has a handler
+-- here, not even a superuser's (item 3); naming it takes it.
+CREATE FUNCTION h(m outbox.message) RETURNS void LANGUAGE sql AS $$ SELECT $$;
+SELECT outbox.register_handler('org_update', 'h(outbox.message)');
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 700, 0, 700, NULL), (0, 701, 1, 701, NULL);
+SELECT category, object_identifier FROM outbox.claim(10, '1 minute');
+SELECT category, object_identifier FROM outbox.claim(10, '1 minute', '{org_update}');
+SELECT outbox.unregister_handler('org_update');
+DROP FUNCTION h(outbox.message);
+DELETE FROM outbox.cell_outbox;
+DELETE FROM outbox.consumer_claims;
+DROP TABLE hot, hot_got;
