@@ -8,6 +8,7 @@ extern "C" {
 #include "pgstat.h"
 #include "storage/bufmgr.h"
 #include "storage/lmgr.h"
+#include "utils/snapmgr.h"
 #include "utils/array.h"
 }
 
@@ -49,16 +50,21 @@ bool compact_partition(Oid partition) {
     if (!ConditionalLockRelationOid(partition, AccessExclusiveLock))
         return false;
     // Locked: every writer has committed or rolled back, and the latest
-    // snapshot sees all that is there.
+    // snapshot sees all that is there.  Read with that one, not the
+    // transaction's: under REPEATABLE READ (a caller's transaction, or a
+    // cluster's default) that is older than the lock, and the rows
+    // committed in between would not be copied back.
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
     char *name = partition_name(partition);
     Oid types[1] = {INT4OID};
     Datum args[1] = {Int32GetDatum(max_live_rows + 1)};
+    PushActiveSnapshot(GetLatestSnapshot());
     pg::spi_run(
         "reading a partition to compact",
         psprintf("SELECT pg_catalog.array_agg(x.o) FROM (SELECT o FROM %s o LIMIT $1) x", name), 1,
-        types, args, nullptr, false, 0, SPI_OK_SELECT);
+        types, args, nullptr, true, 0, SPI_OK_SELECT);
+    PopActiveSnapshot();
     bool isnull;
     Datum rows = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     if (!isnull) {

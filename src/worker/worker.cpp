@@ -744,6 +744,11 @@ void outbox_worker_main(Datum) {
     // crash only delivers the messages again (handlers are idempotent), so
     // the worker does not wait for its WAL to reach disk.
     SetConfigOption("synchronous_commit", "off", PGC_SUSET, PGC_S_OVERRIDE);
+    // Its transactions are READ COMMITTED whatever the cluster's default
+    // (some set repeatable read or serializable for everyone): a drain
+    // batch finds rows as they are now, compaction copies back what the
+    // latest snapshot sees, and neither must fail on a serialization error.
+    SetConfigOption("default_transaction_isolation", "read committed", PGC_SUSET, PGC_S_OVERRIDE);
     // Its own SQL resolves every name and operator in pg_catalog first and
     // in no schema a user can create in (SPEC section 9), whatever the
     // database's default; its handlers keep that default.

@@ -44,6 +44,24 @@ same="SELECT (SELECT md5(string_agg(m::text, ',' ORDER BY id)) FROM member m) IS
 check "live changes are replicated" wait_for 30 "$same" t
 check "and the outbox is empty" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
 
+# A cluster whose default isolation is repeatable read (issue 35, item 2):
+# the worker's transactions stay READ COMMITTED, and its handlers see it.
+q >/dev/null <<'SQL'
+ALTER SYSTEM SET default_transaction_isolation = 'repeatable read';
+SELECT pg_reload_conf();
+SELECT outbox.register_category('ISOLATION_PROBE', 'ORGANIZATION_SCOPE', 2);
+CREATE TABLE isolation_seen (level text);
+CREATE FUNCTION record_isolation(msg outbox.message) RETURNS void LANGUAGE sql AS
+    $$ INSERT INTO isolation_seen VALUES (current_setting('transaction_isolation')) $$;
+SELECT outbox.register_handler('ISOLATION_PROBE', 'record_isolation(outbox.message)');
+SQL
+sleep 0.5
+q -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+      VALUES (0, 1, 2, 1)" >/dev/null
+check "under a repeatable read default, the worker's transactions are read committed" wait_for 30 \
+    "SELECT string_agg(level, ',') FROM isolation_seen" "read committed"
+q -c "ALTER SYSTEM RESET default_transaction_isolation" -c "SELECT pg_reload_conf()" >/dev/null
+
 # What the monitoring shows after that: 1,020 rows saved (1,000 inserts, 10
 # updates, 10 deletes), all processed; the worker's own totals.
 check "stats: 1020 saved and processed, lag measured" [ "$(q -c "SELECT saved || ',' || processed || ',' || (delivered BETWEEN 1000 AND 1020) || ',' || (lag_p50 <= lag_p99 AND lag_max < interval '30 seconds') FROM outbox.stats WHERE category_name = 'MEMBER_UPDATE'")" = "1020,1020,true,true" ]

@@ -72,3 +72,23 @@ SET ROLE compact_app;
 SELECT outbox.compact_outbox();
 RESET ROLE;
 DROP ROLE compact_app;
+
+-- A compaction in a REPEATABLE READ transaction (issue 35, item 2): rows
+-- committed by another session after the transaction's snapshot and before
+-- the compaction's lock are copied back too (0.9.0 read the live rows with
+-- the transaction's snapshot, and the TRUNCATE lost all 20).
+SELECT outbox.unregister_handler('ORGANIZATION_UPDATE');
+DELETE FROM outbox.cell_outbox;
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+SELECT 0, 218, 1, g FROM generate_series(1, 20) g;
+SELECT dblink_connect('writer', 'dbname=' || current_database());
+BEGIN ISOLATION LEVEL REPEATABLE READ;
+SELECT count(*) AS before FROM outbox.cell_outbox;
+SELECT dblink_exec('writer', 'INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier,'
+                             ' category, object_identifier)'
+                             ' SELECT 0, 218, 1, g FROM generate_series(21, 40) g');
+SELECT outbox.compact_outbox('cell', true) > 0 AS compacted;
+COMMIT;
+SELECT count(*) AS after, count(DISTINCT object_identifier) AS objects FROM outbox.cell_outbox;
+SELECT dblink_disconnect('writer');
+DELETE FROM outbox.cell_outbox;
