@@ -29,3 +29,19 @@ checks_done() {
     echo "$1: $failures failed"
     exit $((failures > 0))
 }
+# show_worker: what the worker is doing now, for a check that waited in
+# vain (its activity, worker_status, and its stack when gdb is there), on
+# stderr.  A fresh machine's worker was seen to sit out about a minute at
+# start (issue 25's note); this says where, the next time.
+show_worker() {
+    local pid
+    pid=$(psql -X -q -tA -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" 2>/dev/null)
+    {
+        psql -X -q -tA -c "SELECT 'worker: ' || state || ' ' || coalesce(wait_event_type || '/' || wait_event, '-') || ' ' || query || ' since ' || (now() - state_change) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" \
+            -c "SELECT 'worker_status: ' || w::text || ' at ' || now() FROM outbox.worker_status w"
+        date -u '+clock: %H:%M:%S.%N'
+        [[ -n $pid ]] && command -v gdb >/dev/null &&
+            timeout 30 gdb -p "$pid" -batch -ex bt 2>/dev/null | grep -E '^#' | head -30
+    } >&2 2>/dev/null
+    return 0
+}
