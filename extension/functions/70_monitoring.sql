@@ -231,8 +231,8 @@ SELECT coalesce(c.id, s.category) AS category, c.name AS category_name,
 -- shared_preload_libraries).  Totals since the server started or the last
 -- outbox.stats_reset(); last_error is the last failure the worker logged;
 -- backfill_max_shard_depth is the hot-shard guard the worker applies now
--- (it reads a reload before each backfill step): open a gate once it shows
--- the value just set.
+-- (it reads a reload before each backfill step, so a gate may be opened
+-- right after the reload).
 CREATE OR REPLACE FUNCTION outbox._worker_status(OUT state text, OUT pid int, OUT database text,
     OUT last_cycle_start timestamptz, OUT last_cycle_end timestamptz, OUT shards_drained bigint,
     OUT messages_delivered bigint, OUT rows_scheduled bigint, OUT rows_backfilled bigint,
