@@ -21,15 +21,20 @@
 // errors unwind through it freely.
 #include "cascade/cascade.hpp"
 #include "cascade/cascade_plan.hpp"
+#include "cascade/tombstones.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
 extern "C" {
+#include "catalog/namespace.h"
+#include "catalog/pg_inherits.h"
 #include "common/cryptohash.h"
 #include "common/sha1.h"
 #include "lib/stringinfo.h"
 #include "storage/bufmgr.h"
+#include "storage/lmgr.h"
+#include "utils/hsearch.h"
 }
 
 namespace pgoutbox {
@@ -49,6 +54,119 @@ struct ForeignKey {
     char *on_delete;
     const char *tombstones; // outbox.cell_tombstone or outbox.control_tombstone
 };
+
+// The largest id of a walked table that no row can still appear at or
+// below: the bound a walk's watermark never passes.  Ids come from a
+// sequence, but transactions commit in any order: a tombstone with id 10
+// may commit after one with id 11, and a watermark moved to 11 would leave
+// it behind for ever (Sentry's walk does; issue 35).
+//
+// Every transaction that took an id holds ROW EXCLUSIVE on the table from
+// before it took the id to its end.  So when max(id) is read (candidate),
+// then the transactions holding a conflicting lock are listed, every id at
+// or below the candidate that can still appear belongs to one of them;
+// once they have all ended, a snapshot taken then sees each such row or it
+// never will.  Nobody is waited for: a walk keeps the previous bound until
+// the listed transactions have ended (VirtualXactLock without waiting),
+// then takes the next candidate.  A long transaction on the table (or a
+// long VACUUM, whose lock conflicts too) holds the walk back, visibly, as
+// pending work in outbox.foreign_keys; it never skips.  Kept per backend:
+// a backend that starts knows no bound until its first listing is over.
+struct SettledBound {
+    char key[3 * NAMEDATALEN + 16]; // the walk's watermark key
+    Oid relid;                      // the walked table: another one starts afresh
+    bool known;
+    int64 settled;
+    bool listed; // candidate waits for the end of waiting[]
+    int64 candidate;
+    int nwaiting;
+    VirtualTransactionId *waiting; // in TopMemoryContext
+};
+HTAB *settled_bounds = nullptr;
+
+// The transactions other than this one holding a lock on relid (or, for a
+// partitioned table, on one of its partitions, into which rows can be
+// written directly) that conflicts with SHARE: every writer of its rows.
+VirtualTransactionId *writers_of(Oid relid, int *count) {
+    List *rels = get_rel_relkind(relid) == RELKIND_PARTITIONED_TABLE
+                     ? find_all_inheritors(relid, NoLock, nullptr)
+                     : list_make1_oid(relid);
+    int n = 0, allocated = 8;
+    auto *all = (VirtualTransactionId *)MemoryContextAlloc(
+        TopMemoryContext, sizeof(VirtualTransactionId) * allocated);
+    ListCell *cell;
+    foreach (cell, rels) {
+        LOCKTAG tag;
+        SET_LOCKTAG_RELATION(tag, MyDatabaseId, lfirst_oid(cell));
+        int found;
+        VirtualTransactionId *holders = GetLockConflicts(&tag, ShareLock, &found);
+        for (int i = 0; i < found; i++) {
+            if (n == allocated) {
+                allocated *= 2;
+                all =
+                    (VirtualTransactionId *)repalloc(all, sizeof(VirtualTransactionId) * allocated);
+            }
+            all[n++] = holders[i];
+        }
+    }
+    *count = n;
+    return all;
+}
+
+bool all_ended(const VirtualTransactionId *vxids, int n) {
+    for (int i = 0; i < n; i++)
+        if (!VirtualXactLock(vxids[i], false))
+            return false;
+    return true;
+}
+
+// The bound of the walk key over relid, given max(id) as read just now
+// (0 for an empty table); nullopt while none is known yet.
+std::optional<int64_t> settled_bound(const char *key, Oid relid, int64 visible_max) {
+    if (settled_bounds == nullptr) {
+        HASHCTL ctl;
+        ctl.keysize = sizeof(SettledBound::key);
+        ctl.entrysize = sizeof(SettledBound);
+        ctl.hcxt = TopMemoryContext;
+        settled_bounds = hash_create("pg_outbox settled bounds", 16, &ctl,
+                                     HASH_ELEM | HASH_STRINGS | HASH_CONTEXT);
+    }
+    char name[sizeof(SettledBound::key)];
+    strlcpy(name, key, sizeof name);
+    bool found;
+    auto *bound = (SettledBound *)hash_search(settled_bounds, name, HASH_ENTER, &found);
+    if (!found || bound->relid != relid) {
+        if (found && bound->waiting != nullptr)
+            pfree(bound->waiting);
+        bound->relid = relid;
+        bound->known = false;
+        bound->listed = false;
+        bound->waiting = nullptr;
+        bound->nwaiting = 0;
+    }
+    if (bound->listed && all_ended(bound->waiting, bound->nwaiting)) {
+        bound->settled = bound->known ? Max(bound->settled, bound->candidate) : bound->candidate;
+        bound->known = true;
+        bound->listed = false;
+        pfree(bound->waiting);
+        bound->waiting = nullptr;
+    }
+    if (!bound->listed) {
+        int n;
+        VirtualTransactionId *writers = writers_of(relid, &n);
+        if (n == 0) {
+            pfree(writers);
+            bound->settled = bound->known ? Max(bound->settled, visible_max) : visible_max;
+            bound->known = true;
+        } else {
+            bound->listed = true;
+            bound->candidate = visible_max;
+            bound->waiting = writers;
+            bound->nwaiting = n;
+        }
+    }
+    return bound->known ? std::optional<int64_t>(bound->settled) : std::nullopt;
+}
 
 char *sha1_hex(const char *text) {
     uint8 digest[SHA1_DIGEST_LENGTH];
@@ -347,17 +465,12 @@ bool apply(const ForeignKey *fk, bool row_walk, const WatermarkBatch &batch, Dat
     return from_start && !chunk_full && changed == picked;
 }
 
-// One batch of the walk prefix ("row" or "tombstone"); whether it has more.
-// Adds the ids the batch covered to *ids (0 when it had no work).
-bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids_covered) {
-    char *key = psprintf("%s.%s.%s", prefix, fk->table_key, fk->column_name);
-    StoredWatermark watermark = watermark_read(key);
-    bool row_walk = strcmp(prefix, "row") == 0;
-    int64 min_id = 0, max_id = 0;
-    bool with_min = watermark.low == 0; // as plan_watermark_batch
-    pg::RunAsRole role = row_walk ? pg::table_owner_role(fk->rel) : pg::extension_owner_role;
-    const char *walked = row_walk ? fk->table : fk->tombstones;
-    bool has_rows = id_range(role, walked, with_min, &min_id, &max_id);
+// The batch of a walk over ids in (watermark, max_id] of walked (min_id
+// and max_id read as in id_range, has_rows false for none), with the
+// snapshot the caller pushed.
+bool walk_batch(const ForeignKey *fk, const char *key, const StoredWatermark &watermark,
+                bool row_walk, pg::RunAsRole role, const char *walked, bool has_rows, int64 min_id,
+                int64 max_id, int32 batch_size, int64 *ids_covered) {
     // Over an empty range to the next id (nothing is there to change); the
     // ids jumped over are not counted against the budget.
     int64 low = watermark.low;
@@ -403,6 +516,11 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
                                   fk->tombstones),
                          3, types, args);
     }
+    // Not those whose row is back in the parent, when it is here: a
+    // re-created id is not a deleted one.
+    if (ids != (Datum)0)
+        ids = tombstones_still_gone(fk->parent_table,
+                                    strcmp(fk->tombstones, "outbox.cell_tombstone") == 0, ids);
     *ids_covered += batch.up - batch.low;
     if (!apply(fk, row_walk, batch, ids))
         return true; // not finished: the same batch again, watermark unmoved
@@ -411,6 +529,39 @@ bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids
     strlcpy(next.transaction_id, sha1_hex(watermark.transaction_id), sizeof next.transaction_id);
     watermark_write(key, next);
     return batch.has_more;
+}
+
+// One batch of the walk prefix ("row" or "tombstone"), up to the settled
+// bound; whether it has more.  Adds the ids the batch covered to *ids (0
+// when it had no work).
+bool walk(const ForeignKey *fk, const char *prefix, int32 batch_size, int64 *ids_covered) {
+    char *key = psprintf("%s.%s.%s", prefix, fk->table_key, fk->column_name);
+    StoredWatermark watermark = watermark_read(key);
+    bool row_walk = strcmp(prefix, "row") == 0;
+    int64 min_id = 0, max_id = 0;
+    bool with_min = watermark.low == 0; // as plan_watermark_batch
+    pg::RunAsRole role = row_walk ? pg::table_owner_role(fk->rel) : pg::extension_owner_role;
+    const char *walked = row_walk ? fk->table : fk->tombstones;
+    Oid walked_relid = row_walk ? RelationGetRelid(fk->rel)
+                                : get_relname_relid(strchr(fk->tombstones, '.') + 1,
+                                                    get_namespace_oid("outbox", false));
+    // The latest snapshots, before and after the writers are listed (see
+    // SettledBound): a caller's older one would miss rows committed since.
+    PushActiveSnapshot(GetLatestSnapshot());
+    bool has_rows = id_range(role, walked, with_min, &min_id, &max_id);
+    PopActiveSnapshot();
+    std::optional<int64_t> settled = settled_bound(key, walked_relid, has_rows ? max_id : 0);
+    if (!settled)
+        return false; // the next step knows more
+    if (has_rows && max_id > *settled) {
+        max_id = *settled;
+        has_rows = !with_min || min_id <= max_id;
+    }
+    PushActiveSnapshot(GetLatestSnapshot());
+    bool more = walk_batch(fk, key, watermark, row_walk, role, walked, has_rows, min_id, max_id,
+                           batch_size, ids_covered);
+    PopActiveSnapshot();
+    return more;
 }
 
 } // namespace
@@ -482,6 +633,15 @@ OUTBOX_FUNCTION(outbox_process_foreign_key_cascade) {
     if (batch_size <= 0)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("batch_size must be positive, not %d", batch_size)));
+    // Its DELETE and UPDATE would read the children with the transaction's
+    // snapshot, older than the tombstones the step reads: a child
+    // committed in between would be passed over for ever.
+    if (IsolationUsesXactSnapshot())
+        ereport(ERROR, (errcode(ERRCODE_INVALID_TRANSACTION_STATE),
+                        errmsg("outbox.process_foreign_key_cascade() needs READ COMMITTED"),
+                        errdetail("A step in a %s transaction could pass over a child row "
+                                  "committed after the transaction's snapshot.",
+                                  IsolationIsSerializable() ? "SERIALIZABLE" : "REPEATABLE READ")));
     int64 ids_covered;
     PG_RETURN_BOOL(
         cascade_step(PG_GETARG_OID(0), NameStr(*PG_GETARG_NAME(1)), batch_size, &ids_covered));

@@ -61,6 +61,24 @@ void insert_tombstones(const SoleTable *table, Datum gone) {
                    2, types, args, nullptr, false, 0, SPI_OK_INSERT);
 }
 
+// Removes the tombstones of those of the checked ids that are not in gone
+// (an int8[], or 0): their row is back (deleted, then written again with
+// the same id), and a tombstone left for it would have the cascade take the
+// new row's children.
+void forget_returned(const SoleTable *table, const int64 *checked, int n, Datum gone) {
+    if (n == 0)
+        return;
+    Oid types[3] = {TEXTOID, INT8ARRAYOID, INT8ARRAYOID};
+    Datum args[3] = {CStringGetTextDatum(table->table_key), pg::int8_array(checked, n),
+                     gone != (Datum)0 ? gone : pg::int8_array(nullptr, 0)};
+    pg::spi_run_as(pg::extension_owner_role, "removing tombstones of returned rows",
+                   psprintf("DELETE FROM outbox.%s t WHERE t.table_name = $1"
+                            " AND t.object_identifier = ANY ($2)"
+                            " AND t.object_identifier <> ALL ($3)",
+                            table->control ? "cell_tombstone" : "control_tombstone"),
+                   3, types, args, nullptr, false, 0, SPI_OK_DELETE);
+}
+
 void keep_checks(const char *table_key, bool control, const int64 *ids, int n, const char *error) {
     Oid types[4] = {TEXTOID, BOOLOID, INT8ARRAYOID, TEXTOID};
     Datum args[4] = {CStringGetTextDatum(table_key), BoolGetDatum(control), pg::int8_array(ids, n),
@@ -84,10 +102,12 @@ const SoleTable *sole_table(const char *table_key, bool control) {
     return nullptr;
 }
 
-} // namespace
-
-bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error) {
+// gone_ids, and *told: whether the read could tell which rows are there
+// (not for a table dropped meanwhile, or one forcing row security).
+bool check_gone(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error,
+                bool *told) {
     *gone = (Datum)0;
+    *told = false;
     if (n == 0)
         return true;
     // In a subtransaction of its own, which also covers the lock: only this
@@ -98,8 +118,10 @@ bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char
             Relation rel = pg::open_user_table(table->relid, AccessShareLock);
             if (rel == nullptr)
                 return;
-            if (!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity))
+            if (!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)) {
                 *gone = find_gone(rel, ids, n);
+                *told = true;
+            }
             relation_close(rel, NoLock);
         },
         [](const ErrorData *caught) { return !raised_through(caught); });
@@ -108,13 +130,22 @@ bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char
     *error = pstrdup(failure->message ? failure->message : "the read failed");
     FreeErrorData(failure);
     *gone = (Datum)0;
+    *told = false;
     return false;
+}
+
+} // namespace
+
+bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error) {
+    bool told;
+    return check_gone(table, ids, n, gone, error, &told);
 }
 
 void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
     Datum gone;
     char *error;
-    if (!gone_ids(table, ids, n, &gone, &error)) {
+    bool told;
+    if (!check_gone(table, ids, n, &gone, &error, &told)) {
         ereport(WARNING,
                 (errmsg("pg_outbox: tombstone check of %s failed: %s", table->table_key, error),
                  errdetail("Its %d objects wait in outbox.tombstone_checks and are "
@@ -125,6 +156,8 @@ void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
     }
     if (gone != (Datum)0)
         insert_tombstones(table, gone);
+    if (told)
+        forget_returned(table, ids, n, gone);
 }
 
 int tables_with_checks(MemoryContext context, char ***table_keys, bool **control) {
@@ -171,16 +204,19 @@ bool retry_tombstone_checks(const char *table_key, bool control, char **error) {
         return true;
     const SoleTable *table = sole_table(table_key, control);
     Datum gone = (Datum)0;
+    bool told = false;
     if (table == nullptr) {
         ereport(WARNING, (errmsg("pg_outbox: %d tombstone checks of %s forgotten", n, table_key),
                           errdetail("The table is no longer the only one registered under its "
                                     "category: its rows' messages say nothing of deletions.")));
-    } else if (!gone_ids(table, ids, n, &gone, error)) {
+    } else if (!check_gone(table, ids, n, &gone, error, &told)) {
         keep_checks(table_key, control, ids, n, *error);
         return false;
     }
     if (gone != (Datum)0)
         insert_tombstones(table, gone);
+    if (told)
+        forget_returned(table, ids, n, gone);
     Datum delete_args[3] = {args[0], args[1], pg::int8_array(ids, n)};
     Oid delete_types[3] = {TEXTOID, BOOLOID, INT8ARRAYOID};
     pg::spi_run_as(pg::extension_owner_role, "forgetting tombstone checks",
@@ -188,6 +224,33 @@ bool retry_tombstone_checks(const char *table_key, bool control, char **error) {
                    " AND c.control = $2 AND c.object_identifier = ANY ($3)",
                    3, delete_types, delete_args, nullptr, false, 0, SPI_OK_DELETE);
     return true;
+}
+
+Datum tombstones_still_gone(const char *table_key, bool control, Datum ids) {
+    const SoleTable *table = sole_table(table_key, control);
+    if (table == nullptr || ids == (Datum)0)
+        return ids;
+    Datum *items;
+    bool *nulls;
+    int n;
+    deconstruct_array(DatumGetArrayTypeP(ids), INT8OID, 8, true, TYPALIGN_DOUBLE, &items, &nulls,
+                      &n);
+    auto *checked = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    for (int i = 0; i < n; i++)
+        checked[i] = DatumGetInt64(items[i]);
+    Datum gone;
+    char *error;
+    bool told;
+    if (!check_gone(table, checked, n, &gone, &error, &told))
+        ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                        errmsg("pg_outbox: could not check whether the tombstoned rows of %s "
+                               "are back: %s",
+                               table_key, error),
+                        errdetail("Its cascade waits and is tried again.")));
+    if (!told)
+        return ids; // a table dropped or forcing row security: as they are
+    forget_returned(table, checked, n, gone);
+    return gone;
 }
 
 } // namespace pgoutbox

@@ -20,10 +20,19 @@ bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char
 
 // Records a tombstone for each of the n ids that table has no row for any
 // more: in cell_tombstone for a control table, in control_tombstone for a
-// cell table; one already there is kept.  When the read fails (gone_ids),
+// cell table; one already there is kept, and one of an id whose row is
+// there again is removed.  When the read fails (gone_ids),
 // the ids wait in outbox.tombstone_checks, with a WARNING, for
 // retry_tombstone_checks(): a tombstone is never dropped.
 void record_tombstones(const SoleTable *table, const int64 *ids, int n);
+
+// Of ids (an int8[]), the tombstoned objects of table_key (a control table
+// when control) whose row is still gone, as an int8[] (0 for none), when
+// the table is registered here alone under its category (else ids as they
+// are): the tombstones of rows that are back (the same id written again)
+// are removed, and the cascade leaves the new row's children alone.  An
+// ERROR when the read fails (gone_ids).
+Datum tombstones_still_gone(const char *table_key, bool control, Datum ids);
 
 // The tables (table_key and silo, allocated in context) that have ids in
 // outbox.tombstone_checks.  Inside SPI.
