@@ -191,14 +191,18 @@ $$;
 -- arrays have one element per message, in shard order; scopes and
 -- categories travel by name; tombstones[m] is the table whose row of
 -- message m's object is gone on the sender's side (NULL: none), so a
--- tombstone only ever comes with a message of its object.  row_ids are
+-- tombstone only ever comes with a message of its object; present[m]
+-- (NULL for all: none) is the table whose row of message m's object is
+-- there on the sender's side, checked as a tombstone is: a tombstone of it
+-- here is removed (the row was deleted and written again with the same id,
+-- and the cascade must not take the new row's children).  row_ids are
 -- the sender's rows and receipt its proof of having sent them (handed back
 -- by outbox.received()); session is the token of the sender's
 -- outbox.received() call on this connection.
 CREATE OR REPLACE FUNCTION outbox.receive(protocol int, session bigint, batch bigint, receipt text,
     row_ids bigint[], shard_scopes text[], shard_identifiers bigint[], cell_names text[],
     categories text[], object_identifiers bigint[], payloads jsonb[], tombstones text[],
-    acknowledged bigint[] DEFAULT '{}') RETURNS int
+    acknowledged bigint[] DEFAULT '{}', present text[] DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -219,9 +223,15 @@ BEGIN
     IF n IS NULL OR cardinality(shard_identifiers) IS DISTINCT FROM n
        OR cardinality(cell_names) IS DISTINCT FROM n OR cardinality(categories) IS DISTINCT FROM n
        OR cardinality(object_identifiers) IS DISTINCT FROM n
-       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(tombstones) IS DISTINCT FROM n THEN
+       OR cardinality(payloads) IS DISTINCT FROM n OR cardinality(tombstones) IS DISTINCT FROM n
+       OR (present IS NOT NULL AND cardinality(present) IS DISTINCT FROM n) THEN
         RAISE EXCEPTION 'the message arrays must all have one element per message'
             USING ERRCODE = 'array_subscript_error';
+    END IF;
+    IF present IS NOT NULL AND EXISTS (SELECT FROM unnest(tombstones, present) p(gone, there)
+                                        WHERE p.gone IS NOT NULL AND p.there IS NOT NULL) THEN
+        RAISE EXCEPTION 'a message''s object cannot be both gone (tombstones) and there (present)'
+            USING ERRCODE = 'invalid_parameter_value';
     END IF;
     SELECT coalesce(quote_literal(c.name), 'NULL') INTO wrong FROM unnest(cell_names) c(name)
      WHERE c.name IS DISTINCT FROM own_cell LIMIT 1;
@@ -281,6 +291,13 @@ BEGIN
                    ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
                    CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
         USING tombstones, object_identifiers;
+    IF present IS NOT NULL THEN
+        EXECUTE format('DELETE FROM outbox.%I t USING unnest($1, $2) p(name, object)'
+                       ' WHERE p.name IS NOT NULL AND t.table_name = p.name'
+                       ' AND t.object_identifier = p.object',
+                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+            USING present, object_identifiers;
+    END IF;
     IF n > 0 THEN
         PERFORM outbox._wake_worker_at_commit(); -- no worker: they wait for outbox.drain()
     END IF;

@@ -102,10 +102,10 @@ const SoleTable *sole_table(const char *table_key, bool control) {
     return nullptr;
 }
 
-// gone_ids, and *told: whether the read could tell which rows are there
-// (not for a table dropped meanwhile, or one forcing row security).
-bool check_gone(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error,
-                bool *told) {
+} // namespace
+
+bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error,
+              bool *told) {
     *gone = (Datum)0;
     *told = false;
     if (n == 0)
@@ -118,10 +118,15 @@ bool check_gone(const SoleTable *table, const int64 *ids, int n, Datum *gone, ch
             Relation rel = pg::open_user_table(table->relid, AccessShareLock);
             if (rel == nullptr)
                 return;
-            if (!(rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)) {
-                *gone = find_gone(rel, ids, n);
-                *told = true;
-            }
+            // Its owner's read could not tell a hidden row from a deleted
+            // one: the table's failure, kept visibly, never a guess.
+            if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
+                ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
+                                errmsg("table %s forces row security on its owner, whose read "
+                                       "cannot tell a hidden row from a deleted one",
+                                       RelationGetRelationName(rel))));
+            *gone = find_gone(rel, ids, n);
+            *told = true;
             relation_close(rel, NoLock);
         },
         [](const ErrorData *caught) { return !raised_through(caught); });
@@ -134,18 +139,11 @@ bool check_gone(const SoleTable *table, const int64 *ids, int n, Datum *gone, ch
     return false;
 }
 
-} // namespace
-
-bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error) {
-    bool told;
-    return check_gone(table, ids, n, gone, error, &told);
-}
-
 void record_tombstones(const SoleTable *table, const int64 *ids, int n) {
     Datum gone;
     char *error;
     bool told;
-    if (!check_gone(table, ids, n, &gone, &error, &told)) {
+    if (!gone_ids(table, ids, n, &gone, &error, &told)) {
         ereport(WARNING,
                 (errmsg("pg_outbox: tombstone check of %s failed: %s", table->table_key, error),
                  errdetail("Its %d objects wait in outbox.tombstone_checks and are "
@@ -209,7 +207,7 @@ bool retry_tombstone_checks(const char *table_key, bool control, char **error) {
         ereport(WARNING, (errmsg("pg_outbox: %d tombstone checks of %s forgotten", n, table_key),
                           errdetail("The table is no longer the only one registered under its "
                                     "category: its rows' messages say nothing of deletions.")));
-    } else if (!check_gone(table, ids, n, &gone, error, &told)) {
+    } else if (!gone_ids(table, ids, n, &gone, error, &told)) {
         keep_checks(table_key, control, ids, n, *error);
         return false;
     }
@@ -241,14 +239,14 @@ Datum tombstones_still_gone(const char *table_key, bool control, Datum ids) {
     Datum gone;
     char *error;
     bool told;
-    if (!check_gone(table, checked, n, &gone, &error, &told))
+    if (!gone_ids(table, checked, n, &gone, &error, &told))
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("pg_outbox: could not check whether the tombstoned rows of %s "
                                "are back: %s",
                                table_key, error),
                         errdetail("Its cascade waits and is tried again.")));
     if (!told)
-        return ids; // a table dropped or forcing row security: as they are
+        return ids; // a table dropped meanwhile: as they are
     forget_returned(table, checked, n, gone);
     return gone;
 }

@@ -8,15 +8,18 @@
 namespace pgoutbox {
 
 // Of the n ids, those table has no row for, in *gone (an int8[] in the
-// caller's memory context, or 0 for none); a table dropped meanwhile, or
-// one that forces row-level security on its owner (the read could not tell
-// a hidden row from a deleted one), has none.  The table is read as its
-// owner, under the bounds of pg/run_as.hpp.  False, with *error, when the
-// read failed for a reason of the table's: its lock or its owner's code
-// passed its bound, the owner cannot read it, the owner's code failed.  A
+// caller's memory context, or 0 for none); a table dropped meanwhile has
+// none.  The table is read as its owner, under the bounds of
+// pg/run_as.hpp.  False, with *error, when the read failed for a reason of
+// the table's: its lock or its owner's code passed its bound, the owner
+// cannot read it or the table forces row security on it (a hidden row
+// would look deleted), the owner's code failed.  A
 // cancel of the caller's, a deadlock, a serialization failure or a shutdown
 // is raised: those are not the table's, and the caller's work is retried.
-bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error);
+// *told: whether the read could tell which rows are there (false for a
+// dropped table, whose *gone is 0).
+bool gone_ids(const SoleTable *table, const int64 *ids, int n, Datum *gone, char **error,
+              bool *told);
 
 // Records a tombstone for each of the n ids that table has no row for any
 // more: in cell_tombstone for a control table, in control_tombstone for a

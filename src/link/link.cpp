@@ -389,14 +389,14 @@ const char *name_of(int32 id, int n, const int32 *ids, const char **names) {
 }
 
 // The batch's rows, its receipt and its messages as the text of
-// outbox.receive()'s arguments ($4 to $12): scopes and categories by name,
-// cell_names the control rows' cell or this cell's own name, and
-// tombstones[m] the table whose row of message m's object is gone here
-// (messages of a category with one registered table here: the other side
-// has no such table to look in).  False, with error, when a table's
-// tombstone check fails (cascade/tombstones.hpp): the batch stays here,
-// since its tombstones must travel with its messages; that link's round
-// fails and backs off, and the other links go on.
+// outbox.receive()'s arguments ($4 to $12, and $14): scopes and categories
+// by name, cell_names the control rows' cell or this cell's own name,
+// tombstones[m] the table whose row of message m's object is gone here and
+// present[m] the table whose row is there (messages of a category with one
+// registered table here: the other side has no such table to look in).  False, with error, when a
+// table's tombstone check fails (cascade/tombstones.hpp): the batch stays here, since its
+// tombstones must travel with its messages; that link's round fails and backs off, and the other
+// links go on.
 bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
                        int64 token, const char **params, char *error, size_t error_size) {
     int n = leased->nmessages;
@@ -409,6 +409,8 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
     auto *payload_nulls = (bool *)palloc(sizeof(bool) * n);
     auto *tombstones = (Datum *)palloc0(sizeof(Datum) * n);
     auto *tombstone_nulls = (bool *)palloc(sizeof(bool) * n);
+    auto *present = (Datum *)palloc0(sizeof(Datum) * n);
+    auto *present_nulls = (bool *)palloc(sizeof(bool) * n);
     for (int m = 0; m < n; m++) {
         const LeasedMessage *message = &leased->messages[m];
         const ShardKey *shard = &batch->segments[message->segment].shard;
@@ -422,6 +424,7 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         payloads[m] = message->payload;
         payload_nulls[m] = message->payload == (Datum)0;
         tombstone_nulls[m] = true;
+        present_nulls[m] = true;
     }
     int dims[1] = {n}, lbs[1] = {1};
     int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
@@ -455,30 +458,38 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
             }
         Datum array;
         char *failure;
-        if (!gone_ids(table, ids, k, &array, &failure)) {
+        bool told;
+        if (!gone_ids(table, ids, k, &array, &failure, &told)) {
             snprintf(error, error_size, "tombstone check of %s failed: %s", table->table_key,
                      failure);
             return false;
         }
-        if (array == (Datum)0)
+        if (!told)
             continue;
-        Datum *items;
-        int nitems;
-        deconstruct_array(DatumGetArrayTypeP(array), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-                          &items, nullptr, &nitems);
+        Datum *items = nullptr;
+        int nitems = 0;
+        if (array != (Datum)0)
+            deconstruct_array(DatumGetArrayTypeP(array), INT8OID, 8, FLOAT8PASSBYVAL,
+                              TYPALIGN_DOUBLE, &items, nullptr, &nitems);
         // Each gone object's messages of this table's category.
         auto *gone = (int64 *)palloc(sizeof(int64) * Max(nitems, 1));
         for (int i = 0; i < nitems; i++)
             gone[i] = DatumGetInt64(items[i]);
         qsort(gone, nitems, sizeof(int64), compare_int64);
         for (int j = 0; j < k; j++)
-            if (bsearch(&ids[j], gone, nitems, sizeof(int64), compare_int64) != nullptr) {
+            if (nitems > 0 &&
+                bsearch(&ids[j], gone, nitems, sizeof(int64), compare_int64) != nullptr) {
                 tombstones[positions[j]] = CStringGetTextDatum(table->table_key);
                 tombstone_nulls[positions[j]] = false;
+            } else {
+                present[positions[j]] = CStringGetTextDatum(table->table_key);
+                present_nulls[positions[j]] = false;
             }
     }
     params[11] = array_text(PointerGetDatum(construct_md_array(
         tombstones, tombstone_nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)));
+    params[13] = array_text(PointerGetDatum(construct_md_array(present, present_nulls, 1, dims, lbs,
+                                                               TEXTOID, -1, false, TYPALIGN_INT)));
     return true;
 }
 
@@ -873,7 +884,7 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     // A random token names the batch in the other side's inbox.
     sent->token = random_token();
     Connection *c = round->connection;
-    const char *params[13];
+    const char *params[14];
     params[0] = psprintf("%d", link_protocol);
     params[1] = psprintf(INT64_FORMAT, c->session);
     params[2] = psprintf(INT64_FORMAT, sent->token);
@@ -890,8 +901,9 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     if (!PQsendQueryParams(c->conn,
                            "SELECT outbox.receive($1::int, $2::bigint, $3::bigint, $4::text,"
                            " $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::text[],"
-                           " $10::bigint[], $11::jsonb[], $12::text[], $13::bigint[])",
-                           13, nullptr, params, nullptr, nullptr, 0)) {
+                           " $10::bigint[], $11::jsonb[], $12::text[], $13::bigint[],"
+                           " $14::text[])",
+                           14, nullptr, params, nullptr, nullptr, 0)) {
         strlcpy(round->error, PQerrorMessage(c->conn), sizeof round->error);
         round->failed = true;
     } else if (!flush(c->conn, round->error, sizeof round->error)) {

@@ -118,10 +118,10 @@ SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_argum
              FROM pg_proc p
             WHERE p.pronamespace = 'outbox'::regnamespace
               AND p.proname IN ('receive', 'received')),
-          $$outbox.receive(integer,bigint,bigint,text,bigint[],text[],bigint[],text[],text[],bigint[],jsonb[],text[],bigint[]) protocol integer, session bigint, batch bigint, receipt text, row_ids bigint[], shard_scopes text[], shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[], payloads jsonb[], tombstones text[], acknowledged bigint[] DEFAULT '{}'::bigint[] -> integer
+          $$outbox.receive(integer,bigint,bigint,text,bigint[],text[],bigint[],text[],text[],bigint[],jsonb[],text[],bigint[],text[]) protocol integer, session bigint, batch bigint, receipt text, row_ids bigint[], shard_scopes text[], shard_identifiers bigint[], cell_names text[], categories text[], object_identifiers bigint[], payloads jsonb[], tombstones text[], acknowledged bigint[] DEFAULT '{}'::bigint[], present text[] DEFAULT NULL::text[] -> integer
 outbox.received(integer,bigint) protocol integer, session bigint -> TABLE(batch bigint, row_ids bigint[], messages integer, receipt text)$$,
           'the receiving side of a link (link protocol 1)');
-SELECT ok(NOT has_function_privilege('public', 'outbox.receive(int, bigint, bigint, text, bigint[], text[], bigint[], text[], text[], bigint[], jsonb[], text[], bigint[])', 'EXECUTE')
+SELECT ok(NOT has_function_privilege('public', 'outbox.receive(int, bigint, bigint, text, bigint[], text[], bigint[], text[], text[], bigint[], jsonb[], text[], bigint[], text[])', 'EXECUTE')
           AND NOT has_function_privilege('public', 'outbox.received(int, bigint)', 'EXECUTE'),
           'nobody may call them by default');
 SELECT is(current_setting('outbox.link_batch_size'), '5000', 'outbox.link_batch_size defaults to 5000');

@@ -127,6 +127,18 @@ RESET SESSION AUTHORIZATION;
 SELECT * FROM rows WHERE silo = 'cell';
 SELECT origin, batch, row_ids, messages FROM outbox.inbox ORDER BY origin, batch;
 SELECT table_name, object_identifier FROM outbox.control_tombstone;
+-- Organization 71 written again on us with the same id: its next message
+-- says its row is there (present), and control forgets its tombstone, so
+-- that the cascade leaves the new row's children alone (issue 35).  A
+-- message cannot be both gone and there, and present has one element per
+-- message.
+SET SESSION AUTHORIZATION links_us;
+SELECT outbox.receive(1, 6, 15, 'u15', '{9}', '{Org}', '{71}', '{us}', '{org_update}', '{71}',
+                      ARRAY['{"name": "again"}']::jsonb[], '{NULL}', present => '{organization}');
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 16, 'r', '{1}', '{Org}', '{7}', '{us}', '{org_update}', '{70}', '{NULL}', '{organization}', '{}', '{organization}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 6, 16, 'r', '{1}', '{Org}', '{7}', '{us}', '{org_update}', '{70}', '{NULL}', '{NULL}', '{}', '{}')$$);
+RESET SESSION AUTHORIZATION;
+SELECT table_name, object_identifier FROM outbox.control_tombstone;
 
 -- Bad arguments (as cell us): nothing is taken.
 SET SESSION AUTHORIZATION links_us;
