@@ -85,8 +85,8 @@ print-sources:
 format:
 	clang-format -i $(SRCS) $(HDRS) test/unit/*.cpp
 
-# clang-tidy over the sources, with the compile commands of the CMake build.
+# clang-format and clang-tidy over the sources (the compile commands of the
+# CMake build) and the layers of src/: what CI checks (test/lint.sh).
 .PHONY: lint
 lint:
-	cmake -S . -B build >/dev/null
-	clang-tidy -p build --quiet $(SRCS)
+	bash test/lint.sh

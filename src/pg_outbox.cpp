@@ -4,12 +4,13 @@
 
 #include "cascade/cascade.hpp"
 #include "registry/ddl_guard.hpp"
-#include "drain/compaction.hpp"
-#include "drain/drain.hpp"
+#include "delivery/compaction.hpp"
+#include "delivery/delivery.hpp"
 #include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
 #include "worker/worker.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "storage/ipc.h"

@@ -5,7 +5,7 @@ set -euo pipefail
 as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
 as_root apt-get update -qq
 as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    build-essential cmake pkg-config python3 libgtest-dev \
+    build-essential cmake pkg-config python3 libgtest-dev clang-format clang-tidy \
     postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap \
     libtap-parser-sourcehandler-pgtap-perl postgresql-15-pgq3 \
     libhiredis-dev redis-server redis-tools python3-prometheus-client \

@@ -20,6 +20,7 @@
 #include "pg/spi.hpp"
 #include "pg/subtransaction.hpp"
 #include "stats/stats.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"
@@ -272,6 +273,8 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
 
     cursor_write(reg.table_key, plan->next);
     stats_count_backfill(reg.category, *written);
+    if (*written > 0)
+        notify_consumers_at_commit();
     SPI_finish();
     relation_close(rel, NoLock);
     return true;

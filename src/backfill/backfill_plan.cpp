@@ -16,7 +16,7 @@
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
-#include "worker/worker.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "lib/stringinfo.h"

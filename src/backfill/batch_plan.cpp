@@ -32,18 +32,4 @@ BatchPlan finish_plan(int64_t low, int32_t version, int64_t upper, int32_t coded
     return plan;
 }
 
-int64_t saturating_add(int64_t a, int64_t b) {
-    int64_t sum;
-    if (__builtin_add_overflow(a, b, &sum))
-        return b > 0 ? INT64_MAX : INT64_MIN;
-    return sum;
-}
-
-int64_t saturating_sub(int64_t a, int64_t b) {
-    int64_t difference;
-    if (__builtin_sub_overflow(a, b, &difference))
-        return b < 0 ? INT64_MAX : INT64_MIN;
-    return difference;
-}
-
 } // namespace pgoutbox

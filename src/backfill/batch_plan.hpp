@@ -4,6 +4,7 @@
 #pragma once
 
 #include "cursor/cursor_value.hpp"
+#include "pg/saturating.hpp"
 
 #include <optional>
 
@@ -31,10 +32,5 @@ struct BatchPlan {
 // the int64 limits: count saturates, and a batch that reaches the largest
 // bigint completes the walk.
 BatchPlan finish_plan(int64_t low, int32_t version, int64_t upper, int32_t coded_version);
-
-// Budget and id-span arithmetic that stops at the int64 limits instead of
-// wrapping (an id span can be as large as the id type).
-int64_t saturating_add(int64_t a, int64_t b);
-int64_t saturating_sub(int64_t a, int64_t b);
 
 } // namespace pgoutbox

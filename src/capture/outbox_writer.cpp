@@ -3,6 +3,7 @@
 #include "registry/outbox_layout.hpp"
 
 #include "stats/stats.hpp"
+#include "worker_state/worker_state.hpp"
 
 namespace pgoutbox {
 
@@ -138,6 +139,8 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
 int64 outbox_writer_finish(OutboxWriter *writer) {
     if (writer->capture)
         stats_count_saved(writer->counted_category, writer->counted_rows);
+    if (writer->capture && writer->total_rows > 0)
+        notify_consumers_at_commit();
     for (int silo = 0; silo < 2; silo++) {
         if (writer->buffers[silo] == nullptr)
             continue;

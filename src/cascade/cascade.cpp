@@ -21,7 +21,7 @@
 // errors unwind through it freely.
 #include "cascade/cascade.hpp"
 #include "cascade/cascade_plan.hpp"
-#include "cascade/tombstones.hpp"
+#include "delivery/tombstones.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
@@ -176,9 +176,9 @@ char *sha1_hex(const char *text) {
         pg_cryptohash_final(ctx, digest, sizeof digest) < 0)
         elog(ERROR, "pg_outbox: could not compute sha1: %s", pg_cryptohash_error(ctx));
     pg_cryptohash_free(ctx);
-    char *hex = (char *)palloc(2 * SHA1_DIGEST_LENGTH + 1);
+    char *hex = (char *)palloc(2 * sizeof digest + 1);
     hex_encode((const char *)digest, sizeof digest, hex);
-    hex[2 * SHA1_DIGEST_LENGTH] = '\0';
+    hex[2 * sizeof digest] = '\0';
     return hex;
 }
 

@@ -1,6 +1,6 @@
 #include "cascade/cascade_plan.hpp"
 
-#include "backfill/batch_plan.hpp"
+#include "pg/saturating.hpp"
 
 #include <algorithm>
 

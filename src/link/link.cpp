@@ -1,10 +1,14 @@
 // Links between clusters (link.hpp).
 #include "link/link.hpp"
 
-#include "cascade/tombstones.hpp"
-#include "drain/drain.hpp"
-#include "drain/drain_pass.hpp"
+#include "link/connection.hpp"
+#include "link/server_options.hpp"
+
+#include "delivery/tombstones.hpp"
+#include "delivery/delivery.hpp"
+#include "delivery/drain_pass.hpp"
 #include "stats/stats.hpp"
+#include "pg/ids.hpp"
 #include "pg/spi.hpp"
 #include "pg/subtransaction.hpp"
 #include "registry/table_meta.hpp"
@@ -12,18 +16,15 @@
 
 extern "C" {
 #include "access/tableam.h"
-#include "commands/defrem.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "port/pg_bswap.h"
-#include "foreign/foreign.h"
 #include "libpq-fe.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/array.h"
 #include "utils/fmgroids.h"
-#include "utils/syscache.h"
 #include "utils/timestamp.h"
 }
 
@@ -35,188 +36,7 @@ namespace {
 // side takes one while this one claims and sends the next.
 constexpr int round_batches = 4;
 
-// One connection per destination, kept across cycles, and what this side
-// owes the other about its batches (outbox.inbox).
-struct Connection {
-    char destination[NAMEDATALEN * 2];
-    PGconn *conn;
-    char *conninfo; // what it connected with (TopMemoryContext)
-    int64 session;  // a random token, new with each connection
-    bool recovered; // asked outbox.received() since it connected
-    // Batches taken there whose rows this side deleted: acknowledged with
-    // the next batch, once that deletion has committed (pending until then).
-    int64 *acknowledge;
-    int nacknowledge, acknowledge_capacity;
-    int npending;
-};
-Connection *connections = nullptr; // in TopMemoryContext
-int nconnections = 0;
-int connections_capacity = 0;
-
-Connection *connection_of(const char *destination) {
-    for (int i = 0; i < nconnections; i++)
-        if (strcmp(connections[i].destination, destination) == 0)
-            return &connections[i];
-    if (nconnections == connections_capacity) {
-        connections_capacity = Max(connections_capacity * 2, 8);
-        connections =
-            connections == nullptr
-                ? (Connection *)MemoryContextAlloc(TopMemoryContext,
-                                                   sizeof(Connection) * connections_capacity)
-                : (Connection *)repalloc(connections, sizeof(Connection) * connections_capacity);
-    }
-    Connection *c = &connections[nconnections++];
-    memset(c, 0, sizeof *c);
-    strlcpy(c->destination, destination, sizeof c->destination);
-    return c;
-}
-
-void drop_connection(Connection *c) {
-    if (c->conn != nullptr)
-        PQfinish(c->conn);
-    c->conn = nullptr;
-    c->recovered = false;
-    if (c->conninfo != nullptr)
-        pfree(c->conninfo);
-    c->conninfo = nullptr;
-}
-
-// A random positive int64: a batch's or a connection's name on the other
-// side.
-int64 random_token() {
-    int64 token = 0;
-    while (token <= 0) {
-        if (!pg_strong_random(&token, sizeof token))
-            ereport(ERROR, (errmsg("pg_outbox: could not generate a random token")));
-        token &= PG_INT64_MAX;
-    }
-    return token;
-}
-
-// A batch the other side took, to acknowledge once this transaction commits.
-void owe_acknowledgement(Connection *c, int64 batch) {
-    if (c->nacknowledge + c->npending == c->acknowledge_capacity) {
-        c->acknowledge_capacity = Max(c->acknowledge_capacity * 2, 16);
-        c->acknowledge =
-            c->acknowledge == nullptr
-                ? (int64 *)MemoryContextAlloc(TopMemoryContext,
-                                              sizeof(int64) * c->acknowledge_capacity)
-                : (int64 *)repalloc(c->acknowledge, sizeof(int64) * c->acknowledge_capacity);
-    }
-    c->acknowledge[c->nacknowledge + c->npending++] = batch;
-}
-
-// Waits until the socket is ready for events or the deadline passes
-// (false then); wakes on the latch to let an interrupt (SIGTERM) end it.
-bool wait_socket(PGconn *conn, int events, TimestampTz deadline) {
-    for (;;) {
-        long left = TimestampDifferenceMilliseconds(GetCurrentTimestamp(), deadline);
-        if (left <= 0)
-            return false;
-        int rc =
-            WaitLatchOrSocket(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH | events,
-                              PQsocket(conn), left, PG_WAIT_EXTENSION);
-        if (rc & WL_LATCH_SET) {
-            ResetLatch(MyLatch);
-            CHECK_FOR_INTERRUPTS();
-        }
-        if (rc & events)
-            return true;
-    }
-}
-
-PGconn *connect(const LinkTarget *target, char *error, size_t error_size) {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
-    PGconn *conn = PQconnectStartParams(target->keywords, target->values, 0);
-    if (conn == nullptr) {
-        strlcpy(error, "out of memory connecting", error_size);
-        return nullptr;
-    }
-    PostgresPollingStatusType status = PGRES_POLLING_WRITING;
-    while (PQstatus(conn) != CONNECTION_BAD && status != PGRES_POLLING_OK &&
-           status != PGRES_POLLING_FAILED) {
-        int events = status == PGRES_POLLING_READING ? WL_SOCKET_READABLE : WL_SOCKET_WRITEABLE;
-        if (!wait_socket(conn, events, deadline)) {
-            snprintf(error, error_size, "connecting to server %s timed out", target->server);
-            PQfinish(conn);
-            return nullptr;
-        }
-        status = PQconnectPoll(conn);
-    }
-    if (PQstatus(conn) != CONNECTION_OK) {
-        snprintf(error, error_size, "could not connect to server %s: %s", target->server,
-                 PQerrorMessage(conn));
-        PQfinish(conn);
-        return nullptr;
-    }
-    return conn;
-}
-
-// The libpq options of a foreign server and of the worker's user mapping
-// for it (any wrapper's options that are not libpq's are left out).
-// NULL, or why the link cannot use the server: checked, not raised, so that
-// one link's bad server stops that link only.
-const char *connection_options(LinkTarget *target) {
-    ForeignServer *server = GetForeignServerByName(target->server, true);
-    if (server == nullptr)
-        return psprintf("server %s does not exist", target->server);
-    // Whoever can change the server's host receives the mapping's password
-    // when the worker connects (as with outbox.redis_host).
-    if (!superuser_arg(server->owner))
-        return psprintf("server %s of a link must be owned by a superuser: its owner could "
-                        "point it elsewhere and receive the worker's credentials",
-                        target->server);
-    if (!SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(GetUserId()),
-                               ObjectIdGetDatum(server->serverid)) &&
-        !SearchSysCacheExists2(USERMAPPINGUSERSERVER, ObjectIdGetDatum(InvalidOid),
-                               ObjectIdGetDatum(server->serverid)))
-        return psprintf("no user mapping for role %s on server %s",
-                        GetUserNameFromId(GetUserId(), false), target->server);
-    UserMapping *mapping = GetUserMapping(GetUserId(), server->serverid);
-    PQconninfoOption *defaults = PQconndefaults();
-    int n = list_length(server->options) + list_length(mapping->options) + 2;
-    auto **keywords = (const char **)palloc0(sizeof(char *) * (n + 1));
-    auto **values = (const char **)palloc0(sizeof(char *) * (n + 1));
-    int k = 0;
-    List *lists[2] = {server->options, mapping->options};
-    for (List *options : lists) {
-        ListCell *cell;
-        foreach (cell, options) {
-            DefElem *option = (DefElem *)lfirst(cell);
-            bool libpq = false;
-            for (PQconninfoOption *o = defaults; o != nullptr && o->keyword != nullptr; o++)
-                libpq = libpq || strcmp(o->keyword, option->defname) == 0;
-            if (!libpq)
-                continue;
-            keywords[k] = pstrdup(option->defname);
-            values[k] = pstrdup(defGetString(option));
-            k++;
-        }
-    }
-    PQconninfoFree(defaults);
-    keywords[k] = "fallback_application_name";
-    values[k++] = "pg_outbox link";
-    keywords[k] = nullptr;
-    target->keywords = keywords;
-    target->values = values;
-    // The server's name and every option: a connection made with other
-    // ones (the cell's server changed, its options, the user mapping) is
-    // dropped and made anew at the next round.
-    StringInfoData conninfo;
-    initStringInfo(&conninfo);
-    appendStringInfoString(&conninfo, target->server);
-    for (int i = 0; i < k; i++)
-        appendStringInfo(&conninfo, "\x01%s=%s", keywords[i], values[i]);
-    target->conninfo = conninfo.data;
-    return nullptr;
-}
-
 void record_status(const LinkTarget *target, int sent, int recovered, const char *error);
-
-int compare_int64(const void *x, const void *y) {
-    int64 a = *(const int64 *)x, b = *(const int64 *)y;
-    return a < b ? -1 : a > b ? 1 : 0;
-}
 
 char *array_text(Datum array) {
     return OidOutputFunctionCall(F_ARRAY_OUT, array);
@@ -381,20 +201,13 @@ DrainPass *link_pass_begin(const LinkTarget *target) {
 
 namespace {
 
-const char *name_of(int32 id, int n, const int32 *ids, const char **names) {
-    for (int i = 0; i < n; i++)
-        if (ids[i] == id)
-            return names[i];
-    return "";
-}
-
 // The batch's rows, its receipt and its messages as the text of
 // outbox.receive()'s arguments ($4 to $12, and $14): scopes and categories
 // by name, cell_names the control rows' cell or this cell's own name,
 // tombstones[m] the table whose row of message m's object is gone here and
 // present[m] the table whose row is there (messages of a category with one
 // registered table here: the other side has no such table to look in).  False, with error, when a
-// table's tombstone check fails (cascade/tombstones.hpp): the batch stays here, since its
+// table's tombstone check fails (delivery/tombstones.hpp): the batch stays here, since its
 // tombstones must travel with its messages; that link's round fails and backs off, and the other
 // links go on.
 bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
@@ -475,10 +288,10 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         auto *gone = (int64 *)palloc(sizeof(int64) * Max(nitems, 1));
         for (int i = 0; i < nitems; i++)
             gone[i] = DatumGetInt64(items[i]);
-        qsort(gone, nitems, sizeof(int64), compare_int64);
+        qsort(gone, nitems, sizeof(int64), pg::compare_int64);
         for (int j = 0; j < k; j++)
             if (nitems > 0 &&
-                bsearch(&ids[j], gone, nitems, sizeof(int64), compare_int64) != nullptr) {
+                bsearch(&ids[j], gone, nitems, sizeof(int64), pg::compare_int64) != nullptr) {
                 tombstones[positions[j]] = CStringGetTextDatum(table->table_key);
                 tombstone_nulls[positions[j]] = false;
             } else {
@@ -544,26 +357,6 @@ int64 link_prune_inbox() {
 
 namespace {
 
-// The result of the pipeline's next query or sync point, once it has come
-// (NULL: the call timed out or the connection broke; error says why).
-PGresult *next_result(PGconn *conn, char *error, size_t error_size) {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
-    while (PQisBusy(conn)) {
-        if (!wait_socket(conn, WL_SOCKET_READABLE, deadline)) {
-            strlcpy(error, "the call timed out", error_size);
-            return nullptr;
-        }
-        if (!PQconsumeInput(conn)) {
-            strlcpy(error, PQerrorMessage(conn), error_size);
-            return nullptr;
-        }
-    }
-    PGresult *result = PQgetResult(conn);
-    if (result == nullptr)
-        strlcpy(error, "the other side sent no answer", error_size);
-    return result;
-}
-
 // The number outbox.receive() answered with for the pipeline's next query,
 // or -1 (error says why).
 int64 taken_by_receive(PGconn *conn, char *error, size_t error_size) {
@@ -586,56 +379,6 @@ int64 taken_by_receive(PGconn *conn, char *error, size_t error_size) {
         taken = -1;
     }
     return taken;
-}
-
-// Sends what libpq holds, waiting on the socket meanwhile (the connection
-// does not block, so that a slow receiver can be given up on).
-bool flush(PGconn *conn, char *error, size_t error_size) {
-    TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
-    for (;;) {
-        int rc = PQflush(conn);
-        if (rc == 0)
-            return true;
-        if (rc < 0) {
-            strlcpy(error, PQerrorMessage(conn), error_size);
-            return false;
-        }
-        if (!wait_socket(conn, WL_SOCKET_READABLE | WL_SOCKET_WRITEABLE, deadline)) {
-            strlcpy(error, "sending timed out", error_size);
-            return false;
-        }
-        if (!PQconsumeInput(conn)) {
-            strlcpy(error, PQerrorMessage(conn), error_size);
-            return false;
-        }
-    }
-}
-
-// A connection to the destination, ready for a round: idle, in pipeline
-// mode; NULL with the reason in error.
-Connection *round_connection(const LinkTarget *target, char *error, size_t error_size) {
-    Connection *c = connection_of(target->destination);
-    // A connection left busy (an ERROR here during a round) or broken
-    // starts anew: the other side rolls back what it had of that round.
-    // So does one made with other connection options than the target's now
-    // (the server, its options or the user mapping changed).
-    if (c->conn != nullptr &&
-        (PQstatus(c->conn) != CONNECTION_OK || PQtransactionStatus(c->conn) != PQTRANS_IDLE ||
-         PQpipelineStatus(c->conn) != PQ_PIPELINE_ON || strcmp(c->conninfo, target->conninfo) != 0))
-        drop_connection(c);
-    if (c->conn != nullptr)
-        return c;
-    c->conn = connect(target, error, error_size);
-    if (c->conn == nullptr)
-        return nullptr;
-    if (PQsetnonblocking(c->conn, 1) != 0 || !PQenterPipelineMode(c->conn)) {
-        strlcpy(error, PQerrorMessage(c->conn), error_size);
-        drop_connection(c);
-        return nullptr;
-    }
-    c->session = random_token();
-    c->conninfo = MemoryContextStrdup(TopMemoryContext, target->conninfo);
-    return c;
 }
 
 struct SentBatch {
@@ -795,11 +538,11 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     // A batch's rows were deleted together: here now (its messages are
     // recovered), or by this side's round that committed before the
     // acknowledgement went out (nothing to count).
-    qsort(deleted, n, sizeof(int64), compare_int64);
+    qsort(deleted, n, sizeof(int64), pg::compare_int64);
     int recovered = 0;
     for (int i = 0; i < nbatches; i++) {
         if (first_ids[i] >= 0 &&
-            bsearch(&first_ids[i], deleted, n, sizeof(int64), compare_int64) != nullptr)
+            bsearch(&first_ids[i], deleted, n, sizeof(int64), pg::compare_int64) != nullptr)
             recovered += messages[i];
         owe_acknowledgement(c, batches[i]);
     }
@@ -882,7 +625,7 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     for (int s = 0; s < batch->nsegments; s++)
         sent->partitions[s] = shard_partition(&batch->segments[s].shard);
     // A random token names the batch in the other side's inbox.
-    sent->token = random_token();
+    sent->token = pg::random_token();
     Connection *c = round->connection;
     const char *params[14];
     params[0] = psprintf("%d", link_protocol);
@@ -1022,8 +765,10 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
 }
 
 void link_rounds_ended(bool committed) {
-    for (int i = 0; i < nconnections; i++) {
-        Connection *c = &connections[i];
+    int n;
+    Connection *all = link_connections(&n);
+    for (int i = 0; i < n; i++) {
+        Connection *c = &all[i];
         if (committed)
             c->nacknowledge += c->npending;
         else if (c->npending > 0)

@@ -6,7 +6,7 @@
 // transaction each, as a drain whose handler is the other database:
 //   1. a drain pass over the destination's due rows (every category) gives
 //      a batch: its shards claimed (the drain's advisory locks), its rows
-//      found as they are now, coalesced (drain/drain.hpp);
+//      found as they are now, coalesced (delivery/delivery.hpp);
 //   2. outbox.receive() on the other side, through libpq, with the
 //      connection details of a foreign server and the user mapping of the
 //      worker's role (postgres_fdw's objects), which logs in there as
@@ -25,7 +25,7 @@
 // it.
 #pragma once
 
-#include "drain/drain_pass.hpp"
+#include "delivery/drain_pass.hpp"
 
 namespace pgoutbox {
 

@@ -6,7 +6,7 @@
 //     ranges for monitoring): as the table's owner, so that the owner's code
 //     reached from them (index predicates and expressions, operators, casts,
 //     policies) never runs with more privilege than the owner has;
-//   * handlers: as the owner of the handler function (drain/).
+//   * handlers: as the owner of the handler function (handlers/).
 // Both scopes here add SECURITY_RESTRICTED_OPERATION and pin search_path to
 // pg_catalog, pg_temp for their GUC nest level, as VACUUM, ANALYZE and CREATE
 // INDEX do since CVE-2022-1552: a caller's search_path cannot redirect a name

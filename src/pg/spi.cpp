@@ -43,6 +43,14 @@ Datum int4_array(const int32 *values, int n) {
     return PointerGetDatum(construct_array(items, n, INT4OID, 4, true, TYPALIGN_INT));
 }
 
+uint64 spi_run_here(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+                    bool read_only, int expected) {
+    MemoryContext caller = CurrentMemoryContext;
+    uint64 n = spi_run(what, sql, nargs, types, values, nullptr, read_only, 0, expected);
+    MemoryContextSwitchTo(caller);
+    return n;
+}
+
 Datum int8_array(const int64 *values, int n) {
     Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
     for (int i = 0; i < n; i++)

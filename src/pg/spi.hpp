@@ -21,6 +21,12 @@ uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *
 // where search_path is pinned: the worker, a RunAs scope): since PostgreSQL
 // 9.3 a kept plan is analysed again with the current search_path whenever
 // what it reads changes, not with the one it was prepared with.
+// spi_run, leaving the caller's memory context current (SPI leaves its
+// procedure context current, which SPI_finish frees: what a batch
+// allocates belongs in the batch's own context); no nulls, any row count.
+uint64 spi_run_here(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+                    bool read_only, int expected);
+
 uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
                     Datum *values, const char *nulls, bool read_only, int expected);
 

@@ -477,4 +477,17 @@ const TableMeta *table_meta_build(Relation rel, Oid root) {
     return build_entry(rel, root);
 }
 
+Silo silo_argument(FunctionCallInfo fcinfo, int n) {
+    if (PG_ARGISNULL(n))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("silo must not be NULL")));
+    char *silo = text_to_cstring(PG_GETARG_TEXT_PP(n));
+    if (strcmp(silo, "cell") == 0)
+        return Silo::Cell;
+    if (strcmp(silo, "control") == 0)
+        return Silo::Control;
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("silo must be 'cell' or 'control', not %s", quote_literal_cstr(silo))));
+    pg_unreachable();
+}
+
 } // namespace pgoutbox

@@ -20,6 +20,23 @@ namespace pgoutbox {
 
 enum class Silo { Cell, Control };
 
+// 'cell' or 'control', as SQL names a silo.
+inline const char *silo_text(Silo silo) {
+    return silo == Silo::Cell ? "cell" : "control";
+}
+
+// Argument n of an SQL function: 'cell' or 'control', else an ERROR.
+Silo silo_argument(FunctionCallInfo fcinfo, int n);
+
+// The name of id (a category's, a scope's) in parallel arrays of n ids and
+// names, or "" when it is not there.
+inline const char *name_of(int32 id, int n, const int32 *ids, const char *const *names) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] == id)
+            return names[i];
+    return "";
+}
+
 struct PayloadColumn {
     AttrNumber attnum;
     const char *name;
@@ -72,8 +89,8 @@ struct OutboxTable {
 // Everything registered, as one snapshot with one invalidation: the outbox
 // tables, the cells and the handlers.  The handler list is a registration
 // like a table's (outbox.register_handler), so it is read here, with the
-// rest; drain/ owns what is done with it (resolve_handlers in drain.cpp
-// checks each function and calls it).  A cache of its own in drain/ would
+// rest; handlers/ owns what is done with it (resolve_handlers in handlers.cpp
+// checks each function and calls it).  A cache of its own in handlers/ would
 // be a second copy of this cache's invalidation and retirement.
 // A category's only registered table in a silo: a message of the category
 // whose row is gone from it was a deletion, and leaves a tombstone (SPEC
@@ -96,7 +113,7 @@ struct Registry {
     const char **cells; // registered cells, sorted
     int nhandlers;      // outbox.handlers (0.3.0 and later)
     int32 *handler_categories;
-    Oid *handler_functions; // may have been dropped since: drain/ checks
+    Oid *handler_functions; // may have been dropped since: handlers/ checks
     Oid message_type;       // outbox.message, or InvalidOid before 0.3.0
     int nsole_tables;
     SoleTable *sole_tables;

@@ -3,7 +3,6 @@
 
 #include "settings.hpp"
 #include "stats/lag_histogram.hpp"
-#include "worker/worker.hpp"
 
 extern "C" {
 #include "common/hashfn.h"
@@ -138,10 +137,8 @@ int pending_capacity = 0;
 bool callbacks_registered = false;
 
 void flush_pending() {
-    bool wrote = false;
     for (int i = 0; i < npending; i++) {
         const Pending &p = pending[i];
-        wrote = wrote || p.saved > 0 || p.backfilled > 0;
         update(p.category, [&p](Counters *c) {
             c->saved += p.saved;
             c->backfilled += p.backfilled;
@@ -150,8 +147,6 @@ void flush_pending() {
         });
     }
     npending = 0;
-    if (wrote && notify_consumers)
-        worker_outbox_committed();
 }
 
 // Runs at commit: must not raise an ERROR (update() does not).

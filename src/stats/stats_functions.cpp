@@ -3,7 +3,7 @@
 // outbox.stats_reset().
 #include "pg/guard.hpp"
 #include "stats/stats.hpp"
-#include "worker/worker.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "funcapi.h"

@@ -23,14 +23,15 @@
 #include "backfill/backfill_batch.hpp"
 #include "backfill/backfill_walk.hpp"
 #include "cascade/cascade.hpp"
-#include "cascade/tombstones.hpp"
-#include "drain/compaction.hpp"
-#include "drain/drain.hpp"
-#include "drain/drain_pass.hpp"
+#include "delivery/tombstones.hpp"
+#include "delivery/compaction.hpp"
+#include "delivery/delivery.hpp"
+#include "delivery/drain_pass.hpp"
+#include "handlers/handlers.hpp"
 #include "link/link.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
-#include "worker/worker_shared.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "pgstat.h"
@@ -49,24 +50,6 @@ PGDLLEXPORT void outbox_worker_main(Datum);
 }
 
 namespace pgoutbox {
-
-WorkerShared *worker_shared = nullptr;
-
-void worker_shmem_request() {
-    RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
-}
-
-void worker_shmem_startup() {
-    bool found;
-    worker_shared =
-        (WorkerShared *)ShmemInitStruct("pg_outbox worker", sizeof(WorkerShared), &found);
-    if (!found) {
-        memset(worker_shared, 0, sizeof(WorkerShared));
-        SpinLockInit(&worker_shared->mutex);
-        pg_atomic_init_u32(&worker_shared->notify_pending, 0);
-        pg_atomic_init_u32(&worker_shared->cycle_requested, 0);
-    }
-}
 
 namespace {
 
@@ -181,7 +164,7 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
     return ok;
 }
 
-// One pass over the due shards of the local silo(s) (drain/drain_pass.hpp),
+// One pass over the due shards of the local silo(s) (delivery/drain_pass.hpp),
 // one transaction per batch.  Returns the outbox rows of the batches;
 // *delivered counts messages handed to handlers.
 int64 drain_pass(bool cell, bool control, int64 *delivered) {
@@ -213,7 +196,7 @@ int64 drain_pass(bool cell, bool control, int64 *delivered) {
     return scheduled;
 }
 
-// Compacts the partitions of the local silo(s) that are due (drain/
+// Compacts the partitions of the local silo(s) that are due (delivery/
 // compaction.hpp), each in a transaction of its own: its lock is held to
 // the commit, so capture into the other partitions never waits for it.
 void compact(bool cell, bool control) {
@@ -491,7 +474,7 @@ int64 cascade(int64 budget) {
 }
 
 // The tombstone checks that failed when their messages were delivered
-// (cascade/tombstones.hpp), asked again at most every 5 s, each table in a
+// (delivery/tombstones.hpp), asked again at most every 5 s, each table in a
 // transaction of its own: a table whose check fails again is reported and
 // waits for the next try; the others go on.
 // A failure doubles the pause, up to a minute; a round without one resets it.
@@ -540,7 +523,10 @@ void retry_checks(TimestampTz now) {
 // fails.  Returns the messages handed over.
 int64 send_links(int ntargets, LinkTarget *targets) {
     int64 sent = 0;
+    // Arrays of pointers, one per destination: sizeof a pointer is meant.
+    // NOLINTNEXTLINE(bugprone-sizeof-expression)
     auto **passes = (DrainPass **)palloc0(sizeof(DrainPass *) * Max(ntargets, 1));
+    // NOLINTNEXTLINE(bugprone-sizeof-expression)
     auto **rounds = (LinkRound **)palloc0(sizeof(LinkRound *) * Max(ntargets, 1));
     auto *over = (bool *)palloc0(sizeof(bool) * Max(ntargets, 1));
     int going = ntargets;
@@ -680,41 +666,6 @@ void forget_pid(int, Datum) {
 }
 
 } // namespace
-
-void worker_outbox_committed() {
-    if (worker_shared == nullptr || pg_atomic_read_u32(&worker_shared->notify_pending) != 0 ||
-        pg_atomic_exchange_u32(&worker_shared->notify_pending, 1) != 0)
-        return;
-    SpinLockAcquire(&worker_shared->mutex);
-    Latch *latch = worker_shared->latch;
-    SpinLockRelease(&worker_shared->mutex);
-    if (latch != nullptr)
-        SetLatch(latch);
-}
-
-bool worker_wake_for_cycle() {
-    pg_atomic_write_u32(&worker_shared->cycle_requested, 1);
-    SpinLockAcquire(&worker_shared->mutex);
-    Latch *latch = worker_shared->latch;
-    bool running = worker_shared->pid != 0;
-    SpinLockRelease(&worker_shared->mutex);
-    if (running && latch != nullptr)
-        SetLatch(latch);
-    return running;
-}
-
-void worker_reset_totals() {
-    if (worker_shared == nullptr)
-        return;
-    SpinLockAcquire(&worker_shared->mutex);
-    worker_shared->shards_drained = 0;
-    worker_shared->messages_delivered = 0;
-    worker_shared->rows_scheduled = 0;
-    worker_shared->rows_backfilled = 0;
-    worker_shared->last_error[0] = '\0';
-    worker_shared->last_error_at = 0;
-    SpinLockRelease(&worker_shared->mutex);
-}
 
 void register_worker() {
     BackgroundWorker worker;

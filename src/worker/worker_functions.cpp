@@ -3,8 +3,7 @@
 // outbox._backfill_throttled() (behind outbox.backfill_status).
 #include "pg/guard.hpp"
 #include "settings.hpp"
-#include "worker/worker.hpp"
-#include "worker/worker_shared.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "access/xact.h"
@@ -146,20 +145,3 @@ OUTBOX_FUNCTION(outbox__tables_failing) {
     }
     PG_RETURN_ARRAYTYPE_P(construct_array(items, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT));
 }
-
-namespace pgoutbox {
-
-bool worker_backfill_rate(double *ids_per_second) {
-    if (worker_shared == nullptr)
-        return false;
-    SpinLockAcquire(&worker_shared->mutex);
-    int64 ids = worker_shared->backfill_ids_timed;
-    int64 usecs = worker_shared->backfill_usecs;
-    SpinLockRelease(&worker_shared->mutex);
-    if (ids <= 0 || usecs <= 0)
-        return false;
-    *ids_per_second = (double)ids * USECS_PER_SEC / (double)usecs;
-    return true;
-}
-
-} // namespace pgoutbox

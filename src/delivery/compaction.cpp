@@ -1,6 +1,6 @@
 // Compaction (compaction.hpp).  Plain C-style code: PostgreSQL errors
 // unwind through it.
-#include "drain/compaction.hpp"
+#include "delivery/compaction.hpp"
 
 #include "pg/spi.hpp"
 

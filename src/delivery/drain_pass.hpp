@@ -1,5 +1,5 @@
 // A drain pass: one walk over every due shard of the outbox, cut into
-// batches (drain.hpp), at a cost per row that does not depend on how deep
+// batches (delivery.hpp), at a cost per row that does not depend on how deep
 // the outbox is or how many shards it has.
 //
 // The outbox has no index (extension/tables/20_outbox.sql), so what
@@ -14,14 +14,14 @@
 // holds in memory is bounded by outbox.drain_batch_size and the tuplestore's
 // budget, never by the depth of a shard.
 //
-// Rows change between the read and a batch: drain.cpp claims, then finds
+// Rows change between the read and a batch: claims.cpp claims, then finds
 // each row as it is now.  Across batches the pass keeps per-shard order: when
 // a shard's batch was blocked, failed, or its transaction did not commit,
 // the rest of that shard is skipped (or, after a failure, backed off) for the
 // rest of the pass and found again by the next one.
 #pragma once
 
-#include "drain/drain.hpp"
+#include "delivery/delivery.hpp"
 
 namespace pgoutbox {
 
@@ -45,6 +45,10 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards);
 // Tells the pass that drain_batch() returned for the last batch: its
 // segments' outcomes hold, if the current transaction commits.
 void drain_pass_batch_done(DrainPass *pass);
+
+// Whether the pass was begun with these arguments (a link's pass never is).
+bool drain_pass_reads(const DrainPass *pass, bool cell, bool control, const int32 *categories,
+                      int ncategories, const char *cell_name);
 
 // When the partition being walked was read.
 TimestampTz drain_pass_read_at(const DrainPass *pass);

@@ -3,11 +3,11 @@
 //
 // A claim is a drain whose handler is a process outside the database.  It
 // walks due shards with a drain pass (drain_pass.hpp) of its own, claims
-// them as a drain does (advisory lock, tried; drain.cpp), and instead of
+// them as a drain does (advisory lock, tried; delivery/claims.cpp), and instead of
 // calling handlers records a lease per shard in outbox.consumer_claims and
 // returns the shard's first messages.  The lease holds the shard across
 // transactions: drains and other claims leave a shard alone while its lease
-// is live (drain.cpp, not_held and skip_stopped_shards), and find it due
+// is live (delivery/claims.cpp, not_held and skip_stopped_shards), and find it due
 // again once the lease has passed.
 //
 // complete() and fail() take the shard's advisory lock (waited for), then
@@ -21,9 +21,11 @@
 // role holds CONSUME on the categories (outbox.grant_category): no code of
 // the caller's runs in between.  Plain C-style code: PostgreSQL errors
 // unwind through it.
-#include "drain/drain.hpp"
-#include "drain/drain_pass.hpp"
+#include "delivery/delivery.hpp"
+#include "delivery/session_pass.hpp"
+#include "delivery/tombstones.hpp"
 #include "pg/guard.hpp"
+#include "pg/ids.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
@@ -52,13 +54,6 @@ struct Categories {
     int32 *ids;
     char **names;
 };
-
-const char *category_name(const Categories *categories, int32 id) {
-    for (int c = 0; c < categories->n; c++)
-        if (categories->ids[c] == id)
-            return categories->names[c];
-    return "";
-}
 
 // The categories that role may consume: of names when given (an unknown or
 // refused name is an ERROR), else all that it holds CONSUME on and that
@@ -123,68 +118,8 @@ Categories consumable_categories(Oid role, ArrayType *names) {
     return result;
 }
 
-// The pass this session's claims walk, and what it reads.  A claim goes on
-// where the last one stopped, so a backlog costs one read of the outbox per
-// pass, not one per call (as outbox.drain() does).
-DrainPass *session_pass = nullptr;
-bool session_silos[2];
-int32 *session_categories = nullptr; // in TopMemoryContext
-int session_ncategories = 0;
-char *session_cell = nullptr; // in TopMemoryContext; NULL: every cell
-
-constexpr long stale_pass_ms = 10000;
-
-void end_session_pass() {
-    if (session_pass != nullptr)
-        drain_pass_end(session_pass);
-    session_pass = nullptr;
-}
-
-bool session_pass_serves(bool cell, bool control, const Categories *categories,
-                         const char *cell_name) {
-    if (session_pass == nullptr || session_silos[0] != cell || session_silos[1] != control ||
-        session_ncategories != categories->n ||
-        (cell_name == nullptr) != (session_cell == nullptr) ||
-        (cell_name != nullptr && strcmp(cell_name, session_cell) != 0) ||
-        TimestampDifferenceExceeds(drain_pass_read_at(session_pass), GetCurrentTimestamp(),
-                                   stale_pass_ms))
-        return false;
-    return memcmp(session_categories, categories->ids, sizeof(int32) * categories->n) == 0;
-}
-
-void begin_session_pass(bool cell, bool control, const Categories *categories,
-                        const char *cell_name) {
-    end_session_pass();
-    session_pass = drain_pass_begin(cell, control, categories->ids, categories->n, cell_name);
-    if (session_cell != nullptr)
-        pfree(session_cell);
-    session_cell = cell_name ? MemoryContextStrdup(TopMemoryContext, cell_name) : nullptr;
-    session_silos[0] = cell;
-    session_silos[1] = control;
-    if (session_categories != nullptr)
-        pfree(session_categories);
-    session_categories =
-        (int32 *)MemoryContextAlloc(TopMemoryContext, sizeof(int32) * Max(categories->n, 1));
-    memcpy(session_categories, categories->ids, sizeof(int32) * categories->n);
-    session_ncategories = categories->n;
-}
-
-const char *silo_text(Silo silo) {
-    return silo == Silo::Cell ? "cell" : "control";
-}
-
-int64 random_token() {
-    uint64 token;
-    if (!pg_strong_random(&token, sizeof token))
-        ereport(ERROR, (errcode(ERRCODE_INTERNAL_ERROR),
-                        errmsg("could not generate a random claim token")));
-    return (int64)(token >> 1) + 1; // positive
-}
-
-int compare_int64(const void *a, const void *b) {
-    int64 x = *(const int64 *)a, y = *(const int64 *)b;
-    return (x > y) - (x < y);
-}
+// The pass this session's claims walk.
+SessionPass claimed = {};
 
 // Records the leases of a leased batch's shards (one INSERT) and writes
 // their messages to the result; returns the messages written.  A shard
@@ -214,7 +149,7 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         if (message_first[s] == 0) {
             message_first[s] = m + 1;
             row_first[s] = row_start + 1;
-            tokens[s] = random_token();
+            tokens[s] = pg::random_token();
             nleased++;
         }
         ends[m] = message->row_end - row_first[s] + 1; // within the shard's rows
@@ -317,14 +252,14 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         taken[r] =
             DatumGetInt64(SPI_getbinval(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
     }
-    qsort(taken, recorded, sizeof(int64), compare_int64);
+    qsort(taken, recorded, sizeof(int64), pg::compare_int64);
     CommandCounterIncrement();
 
     int written = 0;
     for (int m = 0; m < leased->nmessages; m++) {
         const LeasedMessage *message = &leased->messages[m];
         int s = message->segment;
-        if (bsearch(&tokens[s], taken, recorded, sizeof(int64), compare_int64) == nullptr)
+        if (bsearch(&tokens[s], taken, recorded, sizeof(int64), pg::compare_int64) == nullptr)
             continue;
         const ShardKey *shard = &batch->segments[s].shard;
         int first_row =
@@ -338,7 +273,8 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         values[4] = Int64GetDatum(shard->shard_identifier);
         values[5] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
         nulls[5] = shard->cell_name == nullptr;
-        values[6] = CStringGetTextDatum(category_name(categories, message->category));
+        values[6] = CStringGetTextDatum(
+            name_of(message->category, categories->n, categories->ids, categories->names));
         values[7] = Int64GetDatum(message->object_identifier);
         values[8] = message->payload;
         nulls[8] = message->payload == (Datum)0;
@@ -663,8 +599,8 @@ OUTBOX_FUNCTION(outbox_claim) {
                             errmsg("cell_name %s is not a registered cell",
                                    quote_literal_cstr(cell_name))));
     }
-    if (!session_pass_serves(cell, control, &categories, cell_name))
-        end_session_pass();
+    DrainPass *pass =
+        session_pass_resume(&claimed, cell, control, categories.ids, categories.n, cell_name);
     TimestampTz claimed_at = GetCurrentTimestamp();
     TimestampTz lease_until = claimed_at + lease_usecs;
     bool started = false;
@@ -676,17 +612,18 @@ OUTBOX_FUNCTION(outbox_claim) {
     MemoryContext work =
         AllocSetContextCreate(CurrentMemoryContext, "pg_outbox claim", ALLOCSET_DEFAULT_SIZES);
     while (messages < max_messages && shards < drain_max_shards) {
-        if (session_pass == nullptr) {
+        if (pass == nullptr) {
             if (started)
                 break;
-            begin_session_pass(cell, control, &categories, cell_name);
+            pass = session_pass_begin(&claimed, cell, control, categories.ids, categories.n,
+                                      cell_name);
             started = true;
         }
         int wanted = max_messages - messages;
-        DrainBatch *batch =
-            drain_pass_next(session_pass, drain_batch_size, drain_max_shards - shards);
+        DrainBatch *batch = drain_pass_next(pass, drain_batch_size, drain_max_shards - shards);
         if (batch == nullptr) {
-            end_session_pass();
+            session_pass_end(&claimed);
+            pass = nullptr;
             continue;
         }
         MemoryContext old = MemoryContextSwitchTo(work);
@@ -701,7 +638,7 @@ OUTBOX_FUNCTION(outbox_claim) {
                                   rsinfo->setResult, rsinfo->setDesc);
         MemoryContextSwitchTo(old);
         MemoryContextReset(work);
-        drain_pass_batch_done(session_pass);
+        drain_pass_batch_done(pass);
         shards += batch->nsegments;
     }
     pg::run_as_end(&scope);
@@ -730,7 +667,7 @@ OUTBOX_FUNCTION(outbox_complete) {
     }
     auto *sorted = (int64 *)palloc(sizeof(int64) * Max(n, 1));
     memcpy(sorted, tokens, sizeof(int64) * n);
-    qsort(sorted, n, sizeof(int64), compare_int64);
+    qsort(sorted, n, sizeof(int64), pg::compare_int64);
     for (int i = 1; i < n; i++)
         if (sorted[i] == sorted[i - 1])
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

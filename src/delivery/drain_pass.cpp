@@ -1,6 +1,6 @@
 // Drain passes (drain_pass.hpp).  Plain C-style code: PostgreSQL errors
 // unwind through it.
-#include "drain/drain_pass.hpp"
+#include "delivery/drain_pass.hpp"
 
 #include "pg/spi.hpp"
 
@@ -37,6 +37,8 @@ enum class Rest { Deliver, Skip, BackOff };
 
 } // namespace
 
+// One per pass: its fields stay in the order the pass reads them, padding or
+// not.  NOLINTNEXTLINE(clang-analyzer-optin.performance.Padding)
 struct DrainPass {
     MemoryContext context;       // the pass
     MemoryContext batch_context; // the current batch
@@ -191,7 +193,7 @@ bool read_next_partition(DrainPass *pass) {
         TimestampTzGetDatum(pass->read_at),
         one_cell ? CStringGetTextDatum(pass->cell_name) : (Datum)0};
 
-    // A fresh snapshot, kept: drain.cpp tells from it which shard errors
+    // A fresh snapshot, kept: claims.cpp tells from it which shard errors
     // were written after the read.
     PushActiveSnapshot(GetTransactionSnapshot());
     keep_snapshot(pass, GetActiveSnapshot());
@@ -414,6 +416,17 @@ void drain_pass_batch_done(DrainPass *pass) {
     // The deletions were made in the caller's (sub)transaction; without an
     // XID it deleted nothing.
     pass->batch_xid = GetCurrentTransactionIdIfAny();
+}
+
+bool drain_pass_reads(const DrainPass *pass, bool cell, bool control, const int32 *categories,
+                      int ncategories, const char *cell_name) {
+    return !pass->linked && pass->silos[0] == cell && pass->silos[1] == control &&
+           (pass->categories == nullptr) == (categories == nullptr) &&
+           (categories == nullptr ||
+            (pass->ncategories == ncategories &&
+             memcmp(pass->categories, categories, sizeof(int32) * ncategories) == 0)) &&
+           (pass->cell_name == nullptr) == (cell_name == nullptr) &&
+           (cell_name == nullptr || strcmp(pass->cell_name, cell_name) == 0);
 }
 
 TimestampTz drain_pass_read_at(const DrainPass *pass) {

@@ -1,9 +1,11 @@
-// Tombstones recorded by the drain (SPEC section 7, Sentry's
+// Tombstones of delivered rows (SPEC section 7, Sentry's
 // maybe_process_tombstone): a delivered message whose row is gone from the
 // only table registered under its category (in its silo) was a deletion.
+// Every sink records them (settle_batch for handlers, complete() for
+// consumers, a taken round for links); the cascade (cascade/) reads them.
 #pragma once
 
-#include "registry/table_meta.hpp"
+#include "delivery/delivery.hpp"
 
 namespace pgoutbox {
 
@@ -47,5 +49,16 @@ int tables_with_checks(MemoryContext context, char ***table_keys, bool **control
 // updated; the function returns false, with *error).  Ids of a table no
 // longer registered alone under its category are forgotten with a WARNING.
 bool retry_tombstone_checks(const char *table_key, bool control, char **error);
+
+// Delivered messages (category, object, whether a control row) whose object
+// no longer exists in the one table registered under their category leave
+// tombstones (record_tombstones); those whose row is there, and had one,
+// lose it.
+void tombstones_of_delivered(int n, const int32 *categories, const int64 *objects,
+                             const bool *control);
+
+// The same for the delivered[m] messages of a batch.
+void tombstones_of_messages(const DrainBatch *batch, const Message *messages, int nmessages,
+                            const bool *delivered);
 
 } // namespace pgoutbox

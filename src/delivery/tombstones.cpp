@@ -1,4 +1,4 @@
-#include "cascade/tombstones.hpp"
+#include "delivery/tombstones.hpp"
 
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
@@ -249,6 +249,44 @@ Datum tombstones_still_gone(const char *table_key, bool control, Datum ids) {
         return ids; // a table dropped meanwhile: as they are
     forget_returned(table, checked, n, gone);
     return gone;
+}
+
+// Those of each category that has one registered table in its silo, handed
+// to record_tombstones: those whose row is gone leave a tombstone.
+void tombstones_of_delivered(int n, const int32 *categories, const int64 *objects,
+                             const bool *control) {
+    const Registry *registry = registry_get();
+    if (registry->nsole_tables == 0 || n == 0)
+        return;
+    auto *ids = (int64 *)palloc(sizeof(int64) * n);
+    for (int t = 0; t < registry->nsole_tables; t++) {
+        const SoleTable *table = &registry->sole_tables[t];
+        int found = 0;
+        for (int m = 0; m < n; m++)
+            if (categories[m] == table->category && control[m] == table->control)
+                ids[found++] = objects[m];
+        record_tombstones(table, ids, found);
+    }
+    pfree(ids);
+}
+
+void tombstones_of_messages(const DrainBatch *batch, const Message *messages, int nmessages,
+                            const bool *delivered) {
+    if (registry_get()->nsole_tables == 0 || nmessages == 0)
+        return;
+    auto *categories = (int32 *)palloc(sizeof(int32) * nmessages);
+    auto *objects = (int64 *)palloc(sizeof(int64) * nmessages);
+    auto *control = (bool *)palloc(sizeof(bool) * nmessages);
+    int n = 0;
+    for (int m = 0; m < nmessages; m++) {
+        if (!delivered[m])
+            continue;
+        categories[n] = messages[m].category;
+        objects[n] = messages[m].object_identifier;
+        control[n] = batch->segments[messages[m].segment].shard.silo == Silo::Control;
+        n++;
+    }
+    tombstones_of_delivered(n, categories, objects, control);
 }
 
 } // namespace pgoutbox

@@ -17,7 +17,7 @@
 // lock on the partition (pg_dump does) keeps it from being compacted.
 //
 // A drain pass that read the partition before finds it rewritten (a new
-// relfilenode, drain.hpp) and skips the rest of it: the next pass reads it
+// relfilenode, delivery.hpp) and skips the rest of it: the next pass reads it
 // again.  Truncation is not MVCC-safe: a snapshot older than the compaction
 // sees the partition empty; the rows are all there for everyone else.
 #pragma once

@@ -1,9 +1,12 @@
-// The background worker's state in shared memory: read and written by
-// worker/ only (worker.cpp, worker_functions.cpp); the rest of pg_outbox goes
-// through worker.hpp.
+// The background worker's state in shared memory, low in the layers so
+// that the modules the worker drives can reach the few things they share
+// with it without including the worker: the wake-ups, the relay of
+// consumers' NOTIFY, the measured backfill rate, the totals.  The struct
+// itself is written by worker/ only; the rest of pg_outbox goes through the
+// functions below.
 #pragma once
 
-#include "worker/worker.hpp"
+#include "pg/postgres.hpp"
 
 extern "C" {
 #include "port/atomics.h"
@@ -52,5 +55,33 @@ struct WorkerShared {
 
 // NULL unless pg_outbox is in shared_preload_libraries.
 extern WorkerShared *worker_shared;
+
+// Zeroes the worker's totals and forgets its last error
+// (outbox.stats_reset()); nothing without shared_preload_libraries.
+void worker_reset_totals();
+
+// The ids a second the worker's backfill batches have covered, over the
+// time they took (budget waits left out); false before any batch, or
+// without shared_preload_libraries.
+bool worker_backfill_rate(double *ids_per_second);
+
+// The channel consumers LISTEN on: the worker NOTIFYs it (no payload) after
+// commits that wrote outbox rows, once for all those that committed while
+// it was busy, so that capture never takes NOTIFY's cluster-wide commit
+// lock itself.
+constexpr const char *consumer_channel = "pg_outbox";
+
+// This transaction wrote outbox rows (capture, a backfill batch): at its
+// commit, when outbox.notify_consumers is on, the worker is asked to NOTIFY
+// consumers.  Nothing without shared_preload_libraries; never raises.
+void notify_consumers_at_commit();
+
+// outbox.wake_worker(): a cycle now; false when the worker is not running.
+bool worker_wake_for_cycle();
+
+// From the shmem hooks of pg_outbox.cpp (the startup one holds
+// AddinShmemInitLock).
+void worker_shmem_request();
+void worker_shmem_startup();
 
 } // namespace pgoutbox

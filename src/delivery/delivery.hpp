@@ -1,4 +1,7 @@
-// Draining: due shards, claims, coalescing, handler calls, backoff.
+// The delivery core: due shards, claims, coalescing, outcomes (backoff,
+// errors, dead letters), shared by every sink (handlers/, consumers/,
+// link/); passes in drain_pass.hpp, tombstones of delivered rows in
+// tombstones.hpp, compaction in compaction.hpp.
 //
 // A shard is (silo, shard_scope, shard_identifier[, cell_name]).  It is due
 // when any of its rows has scheduled_for <= now(); a due shard drains whole,
@@ -13,17 +16,15 @@
 //      not backed off since they were read (another drainer may have
 //      delivered or failed them meanwhile);
 //   3. coalesce rows with the same (category, object_identifier) into one
-//      message, in the order of their first rows, carrying the newest payload;
-//   4. call the handlers, all under one savepoint.  A handler error (or
-//      outbox.handler_timeout) rolls the savepoint back; the messages before
-//      the failing one run again under a new savepoint, the failing one and
-//      the rest of its shard stay, and the other shards go on.  So a batch
-//      uses 1 + 2 x failures subtransactions, and stops taking new failures
-//      well before PostgreSQL's 64-entry subtransaction cache overflows;
+//      message, in the order of their first rows, carrying the newest payload
+//      (claims.cpp: claim_and_coalesce);
+//   4. a sink delivers the messages: the handlers (handlers/, under
+//      savepoints: a failing message and the rest of its shard stay, the
+//      other shards go on), a consumer's lease (lease_batch), a link's round;
 //   5. delete exactly the rows that were delivered (by ctid), so a row
 //      committed while the batch was being drained is never deleted unseen;
 //      back the failed shards off (2 s, 4 s, ... 1 h) and record their errors
-//      in outbox.shard_errors.
+//      in outbox.shard_errors (outcomes.cpp: settle_batch).
 // Messages of a category without a handler stay in the outbox.
 #pragma once
 
@@ -97,16 +98,13 @@ struct DrainBatch {
 // Rows a drainer holds at once (outbox.drain_batch_size).
 extern int drain_batch_size;
 
-// In the worker, the search_path its handlers run with: the one it started
-// with (the database's and role's default), while its own SQL runs with
-// pg_catalog, pg_temp.  NULL elsewhere: handlers get the caller's.
-extern const char *handler_search_path;
 // Shards one batch claims, at most: each claim is a lock held to the end of
 // the transaction, and the lock table is finite.
 constexpr int drain_max_shards = 1000;
 
-// Argument n of an SQL function: 'cell' or 'control', else an ERROR.
-Silo silo_argument(FunctionCallInfo fcinfo, int n);
+// Set while a handler runs (handlers/): a handler that drains or claims
+// would nest deliveries (and handler timeouts) without end.
+extern bool in_handler;
 
 // ERROR when called while a handler runs.
 void refuse_drain_in_handler(const char *function);
@@ -137,11 +135,49 @@ Oid partition_filenode(Oid partition);
 // Whether this transaction may still open the subtransactions a batch needs.
 bool subtransactions_left();
 
-// Delivers a batch as described above, in the caller's transaction, inside
-// SPI; sets each segment's outcome.  Works in a memory context of its own.
-void drain_batch(DrainBatch *batch, DrainStats *stats);
+// A row as it is now, found from the ctid it was read at.
+struct RowNow {
+    bool present;
+    ItemPointerData ctid; // of its latest version
+    Datum payload;        // jsonb, 0 for NULL
+    bool backed_off;      // scheduled_for > scheduled_from
+    int message;          // -1: not part of a message
+};
 
-// A batch handed to a consumer instead of handlers (consumer.cpp): steps 1
+// A message: the rows of one (category, object_identifier) in a segment.
+struct Message {
+    int segment;
+    int first;  // index of its first row
+    int newest; // index of its newest row
+    int nrows;
+    int32 category;
+    int64 object_identifier;
+    TimestampTz oldest_added; // for the delivery lag
+};
+
+// Steps 1 to 3, in the caller's memory context, inside SPI: claims each
+// segment's shard, finds its rows as they are now (*now_rows, one per row
+// of the batch) and coalesces them into messages (*messages, in order);
+// returns how many.  The rest of a shard that failed in an earlier batch is
+// backed off here.  A segment not claimed, stopped or changed meanwhile is
+// Blocked, and its rows are in no message.
+int claim_and_coalesce(DrainBatch *batch, DrainStats *stats, RowNow **now_rows, Message **messages);
+
+// Step 5, once a sink has delivered (delivered[m]) or failed (segment
+// outcome Failed, failed_at[s] its failing message, errors[s] the error)
+// the messages: records the tombstones of the delivered ones, deletes
+// their rows, backs the failed shards off (or moves the failing message to
+// the dead letters at max_attempts), and clears the error of a shard that
+// went through.
+void settle_batch(DrainBatch *batch, const RowNow *now_rows, const Message *messages, int nmessages,
+                  const bool *delivered, const int *failed_at, char *const *errors,
+                  DrainStats *stats);
+
+// Backs these rows of a partition off (Sentry's backoff: each waits twice
+// as long as it last did, between 1 s and 1 h).
+void back_off_rows(Oid partition, const ItemPointerData *tids, int n);
+
+// A batch handed to a consumer or a link instead of handlers: steps 1
 // to 3 above, then the messages of the segments it claimed, in order, with
 // their rows as they are now, grouped message by message.  Every segment's
 // outcome is Blocked: the rest of a claimed shard waits for its completion.
@@ -183,10 +219,5 @@ int64 delete_claimed_rows(const ClaimedRows *rows);
 // and the shard is due, else the whole shard backs off.
 void fail_claimed_message(const ClaimedRows *failing_rows, int32 category, int64 object_identifier,
                           const char *error);
-
-// Delivered messages whose object no longer exists in the one table
-// registered under their category leave tombstones (cascade/tombstones.hpp).
-void tombstones_of_delivered(int n, const int32 *categories, const int64 *objects,
-                             const bool *control);
 
 } // namespace pgoutbox

@@ -1,26 +1,14 @@
 // SQL entry points: outbox.drain_shard(silo, shard_scope, shard_identifier,
 // cell_name) and outbox.drain(silo).  Both run in the caller's transaction;
 // each message in its own subtransaction.
-#include "drain/compaction.hpp"
-#include "drain/drain.hpp"
-#include "drain/drain_pass.hpp"
+#include "delivery/compaction.hpp"
+#include "delivery/delivery.hpp"
+#include "delivery/session_pass.hpp"
+#include "handlers/handlers.hpp"
 #include "pg/guard.hpp"
 #include "settings.hpp"
 
 using namespace pgoutbox;
-
-Silo pgoutbox::silo_argument(FunctionCallInfo fcinfo, int n) {
-    if (PG_ARGISNULL(n))
-        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("silo must not be NULL")));
-    char *silo = text_to_cstring(PG_GETARG_TEXT_PP(n));
-    if (strcmp(silo, "cell") == 0)
-        return Silo::Cell;
-    if (strcmp(silo, "control") == 0)
-        return Silo::Control;
-    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                    errmsg("silo must be 'cell' or 'control', not %s", quote_literal_cstr(silo))));
-    pg_unreachable();
-}
 
 namespace {
 
@@ -47,21 +35,8 @@ ShardKey shard_arguments(FunctionCallInfo fcinfo) {
     return shard;
 }
 
-// The pass outbox.drain() calls of this session walk, and what it covers.
-// A call goes on where the last one stopped, so a backlog costs one read of
-// the outbox per pass, not one per call.
-DrainPass *session_pass = nullptr;
-bool session_cell, session_control;
-
-// A pass whose partition was read this long ago is read afresh: its rows
-// are likely delivered by the worker since, and new rows wait for it.
-constexpr long stale_pass_ms = 10000;
-
-void end_session_pass() {
-    if (session_pass != nullptr)
-        drain_pass_end(session_pass);
-    session_pass = nullptr;
-}
+// The pass this session's outbox.drain() calls walk.
+SessionPass drained = {};
 
 } // namespace
 
@@ -95,11 +70,7 @@ OUTBOX_FUNCTION(outbox_drain) {
     if (!subtransactions_left())
         PG_RETURN_INT64(0);
     SPI_connect();
-    if (session_pass != nullptr &&
-        (session_cell != cell || session_control != control ||
-         TimestampDifferenceExceeds(drain_pass_read_at(session_pass), GetCurrentTimestamp(),
-                                    stale_pass_ms)))
-        end_session_pass();
+    DrainPass *pass = session_pass_resume(&drained, cell, control, nullptr, 0, nullptr);
     // One unit of work: outbox.drain_batch_size rows, or more until a
     // message was delivered (batches that only skip or back off rows go
     // by), of up to 1,000 shards (each claim is a lock held to the end of
@@ -111,22 +82,21 @@ OUTBOX_FUNCTION(outbox_drain) {
     DrainStats stats = {0, 0, 0, 0};
     while ((rows < drain_batch_size || stats.messages == 0) && shards < drain_max_shards &&
            subtransactions_left()) {
-        if (session_pass == nullptr) {
+        if (pass == nullptr) {
             if (started)
                 break;
-            session_pass = drain_pass_begin(cell, control);
-            session_cell = cell;
-            session_control = control;
+            pass = session_pass_begin(&drained, cell, control, nullptr, 0, nullptr);
             started = true;
         }
-        DrainBatch *batch = drain_pass_next(session_pass, Max(drain_batch_size - rows, 1),
-                                            drain_max_shards - shards);
+        DrainBatch *batch =
+            drain_pass_next(pass, Max(drain_batch_size - rows, 1), drain_max_shards - shards);
         if (batch == nullptr) {
-            end_session_pass();
+            session_pass_end(&drained);
+            pass = nullptr;
             continue;
         }
         drain_batch(batch, &stats);
-        drain_pass_batch_done(session_pass);
+        drain_pass_batch_done(pass);
         rows += batch->nrows;
         shards += batch->nsegments;
     }

@@ -1,0 +1,123 @@
+// The worker's shared state and what other modules ask of it
+// (worker_state.hpp).
+#include "worker_state/worker_state.hpp"
+
+#include "settings.hpp"
+
+extern "C" {
+#include "access/xact.h"
+#include "storage/ipc.h"
+#include "storage/shmem.h"
+}
+
+namespace pgoutbox {
+
+WorkerShared *worker_shared = nullptr;
+
+void worker_shmem_request() {
+    RequestAddinShmemSpace(MAXALIGN(sizeof(WorkerShared)));
+}
+
+void worker_shmem_startup() {
+    bool found;
+    worker_shared =
+        (WorkerShared *)ShmemInitStruct("pg_outbox worker", sizeof(WorkerShared), &found);
+    if (!found) {
+        memset(worker_shared, 0, sizeof(WorkerShared));
+        SpinLockInit(&worker_shared->mutex);
+        pg_atomic_init_u32(&worker_shared->notify_pending, 0);
+        pg_atomic_init_u32(&worker_shared->cycle_requested, 0);
+    }
+}
+
+namespace {
+
+// The worker NOTIFYs consumers for all the commits since its last NOTIFY.
+void ask_worker_to_notify() {
+    if (worker_shared == nullptr || pg_atomic_read_u32(&worker_shared->notify_pending) != 0 ||
+        pg_atomic_exchange_u32(&worker_shared->notify_pending, 1) != 0)
+        return;
+    SpinLockAcquire(&worker_shared->mutex);
+    Latch *latch = worker_shared->latch;
+    SpinLockRelease(&worker_shared->mutex);
+    if (latch != nullptr)
+        SetLatch(latch);
+}
+
+// The lowest transaction nesting level that wrote outbox rows and is not
+// rolled back; 0: none.  A subtransaction's writes go to its parent at its
+// commit and are gone at its abort.
+int written_level = 0;
+bool callbacks_registered = false;
+
+// Runs at commit: raises no ERROR (a spinlock and a latch).
+void on_xact(XactEvent event, void *) {
+    if (event == XACT_EVENT_COMMIT && written_level > 0 && notify_consumers)
+        ask_worker_to_notify();
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+        written_level = 0;
+}
+
+void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
+    int level = GetCurrentTransactionNestLevel();
+    if (written_level < level)
+        return;
+    if (event == SUBXACT_EVENT_COMMIT_SUB)
+        written_level = level - 1;
+    else if (event == SUBXACT_EVENT_ABORT_SUB)
+        written_level = 0;
+}
+
+} // namespace
+
+void notify_consumers_at_commit() {
+    if (worker_shared == nullptr)
+        return;
+    if (!callbacks_registered) {
+        RegisterXactCallback(on_xact, nullptr);
+        RegisterSubXactCallback(on_subxact, nullptr);
+        callbacks_registered = true;
+    }
+    int level = GetCurrentTransactionNestLevel();
+    if (written_level == 0 || level < written_level)
+        written_level = level;
+}
+
+bool worker_wake_for_cycle() {
+    pg_atomic_write_u32(&worker_shared->cycle_requested, 1);
+    SpinLockAcquire(&worker_shared->mutex);
+    Latch *latch = worker_shared->latch;
+    bool running = worker_shared->pid != 0;
+    SpinLockRelease(&worker_shared->mutex);
+    if (running && latch != nullptr)
+        SetLatch(latch);
+    return running;
+}
+
+void worker_reset_totals() {
+    if (worker_shared == nullptr)
+        return;
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->shards_drained = 0;
+    worker_shared->messages_delivered = 0;
+    worker_shared->rows_scheduled = 0;
+    worker_shared->rows_backfilled = 0;
+    worker_shared->last_error[0] = '\0';
+    worker_shared->last_error_at = 0;
+    SpinLockRelease(&worker_shared->mutex);
+}
+
+bool worker_backfill_rate(double *ids_per_second) {
+    if (worker_shared == nullptr)
+        return false;
+    SpinLockAcquire(&worker_shared->mutex);
+    int64 ids = worker_shared->backfill_ids_timed;
+    int64 usecs = worker_shared->backfill_usecs;
+    SpinLockRelease(&worker_shared->mutex);
+    if (ids <= 0 || usecs <= 0)
+        return false;
+    *ids_per_second = (double)ids * USECS_PER_SEC / (double)usecs;
+    return true;
+}
+
+} // namespace pgoutbox

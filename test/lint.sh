@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The habits CI enforces, before the tests: the sources as clang-format
+# writes them (.clang-format), no clang-tidy warning (.clang-tidy; a
+# suppression names its check and says why, where it stands), and no cycle
+# between the folders of src/ (test/layers.sh).  Exits non-zero on any.
+# `make format` fixes the first.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+failed=0
+sources=$(make -s print-sources)
+headers=$(ls src/*.hpp src/*/*.hpp)
+if format=$(clang-format --dry-run --Werror $sources $headers test/unit/*.cpp 2>&1); then
+    echo "ok - clang-format"
+else
+    echo "$format" | head -n 20 >&2
+    echo "not ok - clang-format: run make format" >&2
+    failed=1
+fi
+cmake_log=$(mktemp)
+cmake -S . -B build >"$cmake_log" 2>&1 || { cat "$cmake_log" >&2; exit 1; }
+rm -f "$cmake_log"
+if tidy=$(clang-tidy -p build --quiet --warnings-as-errors='*' $sources 2>&1); then
+    echo "ok - clang-tidy ($(echo $sources | wc -w) files)"
+else
+    echo "$tidy" | grep -E 'warning:|error:' | head -n 40 >&2
+    echo "not ok - clang-tidy" >&2
+    failed=1
+fi
+if layers=$(bash test/layers.sh 2>&1); then
+    echo "ok - $(echo "$layers" | tail -n 1)"
+else
+    echo "$layers" | tail -n 20 >&2
+    echo "not ok - a cycle between src/ folders" >&2
+    failed=1
+fi
+exit $failed
