@@ -5,7 +5,7 @@
 # cells_stop (also run from the EXIT trap).  Used by test/demo-cells.sh,
 # test/integration/cells.sh and bench/cells/run.sh.
 #
-# The links (README, "Separate clusters"): control reaches each cell through
+# The links (docs/clusters.md): control reaches each cell through
 # a postgres_fdw foreign server and a user mapping for the worker's role;
 # each cell reaches control the same way.  Each peer logs in as a link role
 # of its own: cell X as outbox_link_X on control, control as

@@ -1,5 +1,5 @@
 ------------------------------------------------------------------------------
--- Consumers outside the database (README, "Consumers")
+-- Consumers outside the database (docs/consumers.md)
 ------------------------------------------------------------------------------
 -- Executable by every role (90_privileges.sql): each checks in C that the
 -- calling role holds CONSUME on the categories it touches

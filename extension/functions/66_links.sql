@@ -1,5 +1,5 @@
 ------------------------------------------------------------------------------
--- Links between clusters (SPEC section 11; README, "Separate clusters")
+-- Links between clusters (SPEC section 11; docs/clusters.md)
 ------------------------------------------------------------------------------
 -- Extension owner only (90_privileges.sql grants them to nobody), except
 -- outbox.receive() and outbox.received(), which the extension owner grants
@@ -164,7 +164,7 @@ BEGIN
             coalesce(protocol::text, 'NULL'),
             (SELECT e.extversion FROM pg_extension e WHERE e.extname = 'pg_outbox')
             USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Run the same version of pg_outbox on both sides of a link (README, "Upgrading linked clusters").';
+                  HINT = 'Run the same version of pg_outbox on both sides of a link (docs/clusters.md, "Upgrading linked clusters").';
     END IF;
     SELECT p.name INTO peer
       FROM outbox._link_peers() p

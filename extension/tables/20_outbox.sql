@@ -1,7 +1,7 @@
 ------------------------------------------------------------------------------
 -- Outbox storage
 ------------------------------------------------------------------------------
--- Chosen with bench/capture (README, "Capture benchmark").  Capture writes one
+-- Chosen with bench/capture (docs/benchmarks.md, "Capture").  Capture writes one
 -- outbox row per changed row, so whatever the outbox costs to write is paid
 -- on every write to every registered table.  Measured on 200,000-row bulk
 -- inserts (ratio to the same insert without capture): a heap-only outbox

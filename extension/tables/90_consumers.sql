@@ -1,5 +1,5 @@
 ------------------------------------------------------------------------------
--- Consumers outside the database (README, "Consumers")
+-- Consumers outside the database (docs/consumers.md)
 ------------------------------------------------------------------------------
 -- One row per shard that a consumer holds: outbox.claim() writes it, and
 -- outbox.complete() or outbox.fail() deletes it.  While lease_until is

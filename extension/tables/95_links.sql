@@ -1,5 +1,5 @@
 ------------------------------------------------------------------------------
--- Links between clusters (SPEC section 11; README, "Separate clusters")
+-- Links between clusters (SPEC section 11; docs/clusters.md)
 ------------------------------------------------------------------------------
 -- Control side: the foreign server (postgres_fdw's, or any wrapper's: only
 -- its libpq options are used) through which the worker reaches a cell's

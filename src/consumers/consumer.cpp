@@ -1,5 +1,5 @@
 // Consumers outside the database: outbox.claim(), outbox.complete() and
-// outbox.fail() (README, "Consumers").
+// outbox.fail() (docs/consumers.md).
 //
 // A claim is a drain whose handler is a process outside the database.  It
 // walks due shards with a drain pass (drain_pass.hpp) of its own, claims

@@ -1,4 +1,4 @@
-// Links between clusters (SPEC section 11; README, "Separate clusters").
+// Links between clusters (SPEC section 11; docs/clusters.md).
 //
 // A link hands the messages of one destination from this database's outbox
 // to the other database's, where that database's worker delivers them to

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README's gate procedure exactly as written (issue 26, item 6): plan, set
+# The gate procedure of docs/guide.md exactly as written (issue 26, item 6): plan, set
 # the hot-shard guard with ALTER SYSTEM and pg_reload_conf(), open the gate
 # at once, while the worker is in the middle of a cycle (a handler that
 # sleeps 4 s).  The guard is in force for the worker's first backfill step:
@@ -40,7 +40,7 @@ q -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, o
       VALUES (0, 99, 1, 99)" >/dev/null
 check "the worker is in the slow handler" wait_for 30 \
     "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker' AND wait_event = 'PgSleep'" 1
-# README: the guard, then the gate.
+# docs/guide.md: the guard, then the gate.
 q -c "ALTER SYSTEM SET outbox.backfill_max_shard_depth = 2000" -c "SELECT pg_reload_conf()" \
   -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
 check "the plan promises at most 4,000 now" \

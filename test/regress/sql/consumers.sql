@@ -1,5 +1,5 @@
 -- Consumers outside the database: outbox.claim(), outbox.complete() and
--- outbox.fail() (README, "Consumers"), as the extension's owner and as the
+-- outbox.fail() (docs/consumers.md), as the extension's owner and as the
 -- other roles.  Real processes (a Python consumer, SIGKILL, LISTEN) are in
 -- test/integration/consumers.sh.  Claim tokens are random: errors are
 -- shown with long numbers replaced by N.
