@@ -16,6 +16,8 @@
 
 extern "C" {
 #include "access/tableam.h"
+#include "access/xlog.h"
+#include "access/xact.h"
 #include "common/hmac.h"
 #include "common/sha2.h"
 #include "port/pg_bswap.h"
@@ -767,6 +769,19 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
 void link_rounds_ended(bool committed) {
     int n;
     Connection *all = link_connections(&n);
+    bool pending = false;
+    for (int i = 0; i < n; i++)
+        pending = pending || all[i].npending > 0;
+    // An acknowledgement makes the other side forget the batch, so it goes
+    // out only once this side's deletion of the batch's rows is durable:
+    // the worker commits with synchronous_commit = off, and a commit lost
+    // in a crash (a backend's SIGKILL restarts the postmaster, whose WAL
+    // buffers go) would bring the rows back with no inbox entry left for
+    // recovery to find: they went out again, and were applied twice
+    // (cells.sh part 5, under the sanitizers).  As the cursor store does
+    // before a key moves in Redis.
+    if (committed && pending && !XLogRecPtrIsInvalid(XactLastCommitEnd))
+        XLogFlush(XactLastCommitEnd);
     for (int i = 0; i < n; i++) {
         Connection *c = &all[i];
         if (committed)
