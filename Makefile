@@ -27,8 +27,11 @@ GENERATED_SQL = $(foreach v,$(RELEASED) $(EXT_VERSION),extension/pg_outbox--$(v)
 DATA = extension/pg_outbox.control $(RELEASED_UPGRADES) $(GENERATED_SQL)
 EXTRA_CLEAN = $(GENERATED_SQL)
 
-REGRESS = $(patsubst test/regress/sql/%.sql,%,$(sort $(wildcard test/regress/sql/*.sql)))
-REGRESS_OPTS = --inputdir=test/regress --load-extension=pg_outbox
+# pg_regress: sql/ and expected/, as in PostgreSQL's contrib.  make
+# installcheck needs a server that preloads pg_outbox and a Redis:
+# test/run-tests.sh starts both and calls it (test/regress.sh: some tests).
+REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
+REGRESS_OPTS = --load-extension=pg_outbox
 
 PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
 PG_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir)
@@ -50,6 +53,9 @@ override with_llvm = no
 
 PGXS := $(shell $(PG_CONFIG) --pgxs)
 include $(PGXS)
+
+# The tests name their database (security_settings.sql: ALTER DATABASE).
+CONTRIB_TESTDB = regression
 
 # The server headers are not ours: keep -Wextra quiet on them.
 override CPPFLAGS := $(patsubst -I%server,-isystem %server,$(CPPFLAGS))

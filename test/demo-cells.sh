@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Separate clusters, the demo: builds and installs pg_outbox, starts one
 # control and two cells ("us", "eu") as three throwaway PostgreSQL clusters
-# on this machine, linked through postgres_fdw servers (test/cells.sh shows
+# on this machine, linked through postgres_fdw servers (test/harness/cells.sh shows
 # the whole setup); then a control table's change reaches both cells, a
 # cell's change reaches control, a deleted user cascades into both cells
 # through tombstones, and the monitoring views show the traffic.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/test/cells.sh"
+source "$root/test/harness/cells.sh"
 trap cells_stop EXIT
 echo "== building and installing pg_outbox"
 install_extension "$root"

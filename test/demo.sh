@@ -7,7 +7,7 @@
 # everything.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
 echo "== building and installing pg_outbox"
 install_extension "$root"

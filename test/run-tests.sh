@@ -2,14 +2,14 @@
 # Runs every test of pg_outbox against a throwaway PostgreSQL cluster (which
 # preloads pg_outbox) and a throwaway Redis:
 #   1. unit tests of pure C++ logic (CMake + GoogleTest, through ctest);
-#   2. pg_regress: test/regress/sql/*.sql against test/regress/expected/*.out;
+#   2. pg_regress: sql/*.sql against expected/*.out (make installcheck);
 #   3. pgTAP: test/pgtap/*.sql through pg_prove;
 #   4. integration scripts: test/integration/*.sh (their own clusters).
 # Works as root (servers then run as the OS user "postgres") or as a normal
 # user.  Exits non-zero on any failure; the last line is "N passed, M failed".
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
 
 passed=0
@@ -41,25 +41,21 @@ fi
 redis_start || { echo "0 passed, 1 failed"; exit 1; }
 cluster_start || { echo "0 passed, 1 failed"; exit 1; }
 
-regress_out=$(mktemp -d)
-[[ $(id -u) == 0 ]] && chown postgres: "$regress_out"
-tests=$(cd "$root/test/regress/sql" && ls *.sql | sed 's/\.sql$//')
-# From the root: tests include shared scenarios from test/scenarios/.
+# make installcheck (PGXS's pg_regress: sql/ against expected/, results in
+# results/ and regression.diffs), against this cluster (PGHOST, PGPORT and
+# PGUSER are set), from the root: tests include test/scenarios/.
 cd "$root"
-"$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress" \
-    --inputdir="$root/test/regress" --outputdir="$regress_out" --host="$PGHOST" --port="$PGPORT" \
-    --user=postgres --load-extension=pg_outbox --dbname=regression $tests >"$regress_out/run.log" 2>&1
+regress_log=$(mktemp)
+rm -rf "$root/results" "$root/regression.diffs" "$root/regression.out"
+make -s installcheck PG_CONFIG="$PG_CONFIG" >"$regress_log" 2>&1
 regress_rc=$?
-grep -E '^(test|ok|not ok) ' "$regress_out/run.log" || cat "$regress_out/run.log"
-n_tests=$(echo $tests | wc -w)
-n_ok=$(grep -cE '^(test|ok) .*\.\.\. +ok' "$regress_out/run.log")
+grep -E '^(test|ok|not ok) ' "$regress_log" || cat "$regress_log"
+n_tests=$(ls "$root"/sql/*.sql | wc -l)
+n_ok=$(grep -cE '^(test|ok) .*\.\.\. +ok' "$regress_log")
 n_failed=$((n_tests - n_ok))
 ((regress_rc != 0 && n_failed == 0)) && n_failed=1
-if [[ -f $regress_out/regression.diffs ]]; then
-    head -n 200 "$regress_out/regression.diffs"
-    cp "$regress_out/regression.diffs" "$root/regression.diffs"
-    rm -rf "$root/results" && cp -r "$regress_out/results" "$root/results"
-fi
+[[ -f $root/regression.diffs ]] && head -n 200 "$root/regression.diffs"
+rm -f "$regress_log"
 count "$n_ok" "$n_failed" "pg_regress"
 
 psql -X -q -d postgres -c "CREATE DATABASE tap" &&
@@ -76,6 +72,7 @@ cluster_stop
 
 # 4. Integration scripts: each makes its own cluster, prints "ok - ..." /
 # "not ok - ..." per check and exits non-zero on failure.
+regress_out=$(mktemp -d)
 for script in "$root"/test/integration/*.sh; do
     [[ -e $script ]] || continue
     name=$(basename "$script" .sh)
@@ -91,7 +88,7 @@ for script in "$root"/test/integration/*.sh; do
     bad=$(grep -cE '^not ok ' "$regress_out/$name.log")
     ((rc != 0 && bad == 0)) && bad=1
     ((rc == 0 && ok == 0)) && ok=1
-    ((bad > 0)) && tail -n 40 "$regress_out/$name.log"
+    ((bad > 0)) && tail -n 80 "$regress_out/$name.log"
     count "$ok" "$bad" "integration $name"
 done
 

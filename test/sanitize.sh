@@ -27,7 +27,7 @@ reports=$(grep -cE 'runtime error:|ERROR: AddressSanitizer' "$OUTBOX_SANITIZER_L
 head -n 80 "$OUTBOX_SANITIZER_LOG"
 make -C "$root" -s clean >/dev/null
 unset OUTBOX_SANITIZE OUTBOX_SERVER_ENV
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 install_extension "$root"
 # The suite's own count, and one more check: no sanitizer report.
 read -r passed failed < <(sed -n 's/^\([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$run_log" | tail -n 1)

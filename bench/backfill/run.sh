@@ -12,7 +12,7 @@
 # Prints a Markdown table and writes it to bench/backfill/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-1000000}
 RUNS=${RUNS:-3}
 OLTP_SECONDS=${OLTP_SECONDS:-20}

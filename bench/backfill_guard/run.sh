@@ -11,7 +11,7 @@
 # Prints a Markdown table and writes it to bench/backfill_guard/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-1000000}
 BOUND=${BOUND:-2000}
 trap 'kill $writer 2>/dev/null; cluster_stop' EXIT

@@ -88,7 +88,7 @@ def main():
       f"PGBENCH_SECONDS={args.pgbench_seconds} PGBENCH_ROUNDS={args.pgbench_rounds}; "
       f"wall time {args.wall // 60} min {args.wall % 60} s.")
     w("")
-    w("Throwaway cluster (test/cluster.sh: fsync = off), shared_buffers = 1GB, "
+    w("Throwaway cluster (test/harness/cluster.sh: fsync = off), shared_buffers = 1GB, "
       "max_wal_size = 4GB, checkpoint_timeout = 30min, autovacuum = off; "
       "synchronous_commit and everything else at defaults.")
     w("")

@@ -38,8 +38,8 @@ PGBENCH_ROUNDS=${PGBENCH_ROUNDS:-3}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-# shellcheck source=../../test/cluster.sh
-source "$ROOT/test/cluster.sh"
+# shellcheck source=../../test/harness/cluster.sh
+source "$ROOT/test/harness/cluster.sh"
 
 WORK=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
 trap 'cluster_stop; rm -rf "$WORK"' EXIT

@@ -10,7 +10,7 @@
 # Prints a Markdown table and writes it to bench/cascade/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 CHILDREN=${CHILDREN:-1000000}
 PARENTS=${PARENTS:-1000}
 RUNS=${RUNS:-3}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Separate clusters benchmark: messages per second from control to two
-# cells (test/cells.sh: three clusters on this machine, the links through
+# cells (test/harness/cells.sh: three clusters on this machine, the links through
 # postgres_fdw servers), until the cells' handlers have applied every one,
 # against the control worker's local drain of as many messages with the
 # same no-op PL/pgSQL handler, side by side in one run.  Each fill: 1,000
@@ -10,7 +10,7 @@
 #   bash bench/cells/run.sh        # RUNS=3 ROWS_PER_SHARD=100
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cells.sh"
+source "$root/test/harness/cells.sh"
 RUNS=${RUNS:-3}
 ROWS_PER_SHARD=${ROWS_PER_SHARD:-100}
 trap cells_stop EXIT

@@ -14,7 +14,7 @@
 #   bash bench/consumer/run.sh        # RUNS=3 LAG_SECONDS=20 CAPTURE_SECONDS=10
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 RUNS=${RUNS:-3}
 LAG_SECONDS=${LAG_SECONDS:-20}
 CAPTURE_SECONDS=${CAPTURE_SECONDS:-10}

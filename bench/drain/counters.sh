@@ -9,7 +9,7 @@
 #   bash bench/drain/counters.sh        # RUNS=5
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 RUNS=${RUNS:-5}
 install_extension "$root"
 conf=("shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = off" "outbox.worker_enabled = off")

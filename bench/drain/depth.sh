@@ -14,7 +14,7 @@
 #   bash bench/drain/depth.sh          # SIZES="200000:1000 1000000:100000 5000000:500000"
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 SIZES=${SIZES:-"200000:1000 1000000:100000 5000000:500000"}
 HOT_ROWS=${HOT_ROWS:-1000000}
 PGQ_EVENTS=${PGQ_EVENTS:-1000000}

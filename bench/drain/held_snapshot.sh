@@ -11,7 +11,7 @@
 #   (the report goes to bench/drain/held_snapshot[-nocompact].md)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 RATE=${RATE:-2000}
 BEFORE_S=${BEFORE_S:-60}
 HOLD_S=${HOLD_S:-600}

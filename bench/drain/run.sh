@@ -11,7 +11,7 @@
 #   bash bench/drain/run.sh        # RUNS=3 LAG_SECONDS=20
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 RUNS=${RUNS:-3}
 LAG_SECONDS=${LAG_SECONDS:-20}
 work=$(mktemp -d)

@@ -16,7 +16,7 @@
 # Prints a Markdown table and writes it to bench/monitoring/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-1000000}
 RUNS=${RUNS:-5}
 trap 'cluster_stop' EXIT

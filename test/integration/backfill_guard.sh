@@ -6,14 +6,14 @@
 # and the worker being SIGKILLed, and completes with every row delivered.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap 'cluster_stop' EXIT
 redis_start
 BOUND=${BOUND:-2000}
 cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 100000000" \
     "outbox.database_name = postgres" "outbox.backfill_max_shard_depth = $BOUND"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Separate clusters (SPEC section 11): one control and two cells, each its
-# own PostgreSQL (test/cells.sh), linked through postgres_fdw servers.
+# own PostgreSQL (test/harness/cells.sh), linked through postgres_fdw servers.
 #   1. control's changes reach both cells, a cell's reach control;
 #   2. a deleted user cascades into both cells through tombstones;
 #   3. a cell that is down holds back its own messages only, visibly, and
@@ -26,9 +26,9 @@
 #      members written for the new row stay.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cells.sh"
+source "$root/test/harness/cells.sh"
 trap cells_stop EXIT
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 cells_start || exit 1
 cells_setup || { echo "setup failed"; exit 1; }
 q() { on control "$@"; } # wait_for polls control

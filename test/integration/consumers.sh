@@ -16,13 +16,13 @@
 #   6. bad tokens and a role without CONSUME, over real connections.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 pids=()
 trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
 redis_start
 cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
 dsn() { echo "host=$PGHOST port=$PGPORT dbname=postgres user=$1"; }
@@ -33,7 +33,7 @@ consumer() { # name [VAR=value ...]: starts a consumer, its pid in $!
     shift
     env NAME="$name" OUTBOX_DSN="$(dsn consumer)" RECORD_DSN="$(dsn postgres)" \
         CATEGORIES=org_update "$@" \
-        "$PYTHON" "$root/test/integration/consumer_process.py" >"$logs/$name.out" 2>"$logs/$name.err" &
+        "$PYTHON" "$root/test/harness/consumer_process.py" >"$logs/$name.out" 2>"$logs/$name.err" &
     pids+=($!)
 }
 
@@ -215,7 +215,7 @@ pids=()
 check "a made-up token is refused" \
     bash -c "psql -X -tA -d '$(dsn consumer)' -c 'SELECT outbox.complete(array[42])' 2>&1 | grep -q 'claim 42 is not held'"
 env NAME=intruder OUTBOX_DSN="$(dsn bystander)" RECORD_DSN="$(dsn postgres)" CATEGORIES=org_update \
-    timeout 20 "$PYTHON" "$root/test/integration/consumer_process.py" >/dev/null 2>"$logs/intruder.err"
+    timeout 20 "$PYTHON" "$root/test/harness/consumer_process.py" >/dev/null 2>"$logs/intruder.err"
 check "a role without CONSUME cannot consume" grep -q "permission denied to consume category 'org_update'" "$logs/intruder.err"
 check "nor read the outbox" \
     bash -c "psql -X -tA -d '$(dsn bystander)' -c 'SELECT count(*) FROM outbox.cell_outbox' 2>&1 | grep -q 'permission denied'"

@@ -17,9 +17,9 @@
 # /usr/bin/python3 (not whatever python3 comes first on PATH).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 
 PY=/usr/bin/python3
 DB=shop

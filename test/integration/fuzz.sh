@@ -9,9 +9,9 @@
 #   fuzzed outbox too), FUZZ_ARGS (more fuzz.py options).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA "$@" 2>&1; }
 
 # Debian's python3 has psycopg2 (python3-psycopg2); a pyenv or venv python3

@@ -9,12 +9,12 @@
 # rows, into it at once.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap 'cluster_stop' EXIT
 redis_start
 cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 
 q >/dev/null <<'SQL'

@@ -11,9 +11,9 @@
 # to happen every time.)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cells.sh"
+source "$root/test/harness/cells.sh"
 trap cells_stop EXIT
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 cells_start "wal_writer_delay = 10000" "outbox.link_batch_size = 10" || exit 1
 cells_setup || { echo "setup failed"; exit 1; }
 q() { on control "$@"; }

@@ -5,8 +5,8 @@
 # exactly once.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
-source "$root/test/check.sh"
+source "$root/test/harness/cluster.sh"
+source "$root/test/harness/check.sh"
 trap cluster_stop EXIT
 redis_start
 cluster_start "wal_level = logical" "max_replication_slots = 4" "max_wal_senders = 4"

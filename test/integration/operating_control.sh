@@ -8,14 +8,14 @@
 # gives the backfill its floor under a live load that uses the whole budget.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap 'kill $writer 2>/dev/null; cluster_stop' EXIT
 writer=
 redis_start
 cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 100000000" \
     "outbox.database_name = postgres"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 
 q >/dev/null <<'SQL'

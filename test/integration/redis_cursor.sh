@@ -4,12 +4,12 @@
 # after commit, and the password.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap 'kill -CONT $REDIS_PID 2>/dev/null; cluster_stop' EXIT
 redis_start
 cluster_start
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
 key=outbox_backfill.orgs

@@ -6,12 +6,12 @@
 # one that the reference does not name fails here.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
 redis_start
 cluster_start "outbox.worker_enabled = off"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 reference=$root/docs/reference.md
 q -c "CREATE EXTENSION pg_outbox" >/dev/null

@@ -7,9 +7,9 @@
 #   - the worker's memory stays flat under a repeated error (item 14).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA "$@" 2>&1; }
 
 redis_start

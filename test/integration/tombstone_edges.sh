@@ -16,16 +16,16 @@
 #      the cascade's watermark waits for the open transaction, and every
 #      child of every tombstoned parent goes (0.9.0: the watermark passed
 #      them, outbox.foreign_keys said idle, the children stayed for ever).
-# The re-created id (item 4) is in test/regress/sql/tombstone_return.sql.
+# The re-created id (item 4) is in sql/tombstone_return.sql.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
 redis_start
 cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 set_system() { # SETTING VALUE (DEFAULT: reset)

@@ -10,12 +10,12 @@
 # Last, the comparison is shown to fail on a deliberate mismatch of each kind.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
 redis_start
 cluster_start
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 # The extension described, one sorted line per property (ACLs sorted too: a
 # grant's position in an ACL depends on the order of the GRANTs).

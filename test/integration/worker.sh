@@ -6,14 +6,14 @@
 # pg_terminate_backend ends it within a second and it comes back.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/cluster.sh"
+source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-200000}
 trap 'kill -CONT $REDIS_PID 2>/dev/null; cluster_stop' EXIT
 redis_start
 cluster_start "outbox.naptime = 100" "outbox.backfill_rate_per_minute = 100000000" \
     "outbox.database_name = postgres"
 
-source "$root/test/check.sh"
+source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 

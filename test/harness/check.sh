@@ -38,7 +38,9 @@ show_worker() {
     pid=$(psql -X -q -tA -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" 2>/dev/null)
     {
         psql -X -q -tA -c "SELECT 'worker: ' || state || ' ' || coalesce(wait_event_type || '/' || wait_event, '-') || ' ' || query || ' since ' || (now() - state_change) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" \
-            -c "SELECT 'worker_status: ' || w::text || ' at ' || now() FROM outbox.worker_status w"
+            -c "SELECT 'worker_status: ' || w::text || ' at ' || now() FROM outbox.worker_status w" \
+            -c "SELECT 'outbox ' || silo || ': ' || n || ' rows, ' || due || ' due, scheduled_for - now() from ' || coalesce(low::text, '-') || ' to ' || coalesce(high::text, '-') FROM (SELECT 'cell' silo, count(*) n, count(*) FILTER (WHERE scheduled_for <= now()) due, min(scheduled_for) - now() low, max(scheduled_for) - now() high FROM outbox.cell_outbox UNION ALL SELECT 'control', count(*), count(*) FILTER (WHERE scheduled_for <= now()), min(scheduled_for) - now(), max(scheduled_for) - now() FROM outbox.control_outbox) o" \
+            -c "SELECT 'handlers: ' || count(*) || ', registered tables: ' || (SELECT count(*) FROM outbox.registered_tables) || ', postmaster started ' || pg_postmaster_start_time() FROM outbox.handlers"
         date -u '+clock: %H:%M:%S.%N'
         [[ -n $pid ]] && command -v gdb >/dev/null &&
             timeout 30 gdb -p "$pid" -batch -ex bt 2>/dev/null | grep -E '^#' | head -30
