@@ -79,6 +79,19 @@ on() { # NAME psql-args...: psql on that database, quiet, tuples only
         -U "${ON_USER:-postgres}" -d postgres "$@"
 }
 
+# wait_on NAME SECONDS SQL EXPECTED: polls that database every 0.2 s until
+# the SQL returns EXPECTED.
+wait_on() { # NAME SECONDS SQL EXPECTED
+    local name=$1 deadline=$((SECONDS + $2)) got
+    while ((SECONDS < deadline)); do
+        got=$(on "$name" -c "$3" 2>&1)
+        [[ $got == "$4" ]] && return 0
+        sleep 0.2
+    done
+    echo "  $name: waited $2 s for '$4', last saw '$got'" >&2
+    return 1
+}
+
 cells_setup() {
     local name
     for name in "${CELL_NAMES[@]}"; do

@@ -32,16 +32,6 @@ source "$root/test/harness/check.sh"
 cells_start || exit 1
 cells_setup || { echo "setup failed"; exit 1; }
 q() { on control "$@"; } # wait_for polls control
-wait_on() { # NAME SECONDS SQL EXPECTED
-    local name=$1 deadline=$((SECONDS + $2)) got
-    while ((SECONDS < deadline)); do
-        got=$(on "$name" -c "$3" 2>&1)
-        [[ $got == "$4" ]] && return 0
-        sleep 0.2
-    done
-    echo "  $name: waited $2 s for '$4', last saw '$got'" >&2
-    return 1
-}
 # Each user applied exactly once in a cell: count and distinct count.
 applied_users() { on "$1" -c "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN $2 AND $3"; }
 

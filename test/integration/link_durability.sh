@@ -16,17 +16,6 @@ trap cells_stop EXIT
 source "$root/test/harness/check.sh"
 cells_start "wal_writer_delay = 10000" "outbox.link_batch_size = 10" || exit 1
 cells_setup || { echo "setup failed"; exit 1; }
-q() { on control "$@"; }
-wait_on() { # NAME SECONDS SQL EXPECTED
-    local name=$1 deadline=$((SECONDS + $2)) got
-    while ((SECONDS < deadline)); do
-        got=$(on "$name" -c "$3" 2>&1)
-        [[ $got == "$4" ]] && return 0
-        sleep 0.2
-    done
-    echo "  $name: waited $2 s for '$4', last saw '$got'" >&2
-    return 1
-}
 applied() { on "$1" -c "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN 1001 AND 1400"; }
 
 # 400 users: rounds of four batches of ten rows, one round a cycle, each
