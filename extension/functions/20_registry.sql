@@ -290,7 +290,7 @@ $$;
 -- Registration also checks what the DDL guard keeps true.
 CREATE OR REPLACE FUNCTION outbox._register_table(tbl regclass, category text, silo text,
     shard_column name, payload_columns name[], cell_column name, replication_version int,
-    table_key text) RETURNS void
+    table_key text, relocation_scope text) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -359,6 +359,11 @@ BEGIN
     PERFORM outbox._install_capture_triggers(tbl);
     PERFORM outbox._check_capture(tbl);
     PERFORM outbox._invalidate_cache();
+    -- One scope here; a set, decided per row, needs set_relocation_scope's
+    -- scope_function.
+    IF relocation_scope IS NOT NULL THEN
+        PERFORM outbox._set_relocation_scope(tbl, ARRAY[relocation_scope], NULL, NULL);
+    END IF;
 END
 $$;
 
@@ -417,7 +422,8 @@ CREATE OR REPLACE FUNCTION outbox.register_table(tbl regclass, category text,
     payload_columns name[] DEFAULT NULL,
     cell_column name DEFAULT NULL,
     replication_version int DEFAULT 1,
-    table_key text DEFAULT NULL) RETURNS void
+    table_key text DEFAULT NULL,
+    relocation_scope text DEFAULT NULL) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_register_table';
 CREATE OR REPLACE FUNCTION outbox.unregister_table(tbl regclass) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_unregister_table';

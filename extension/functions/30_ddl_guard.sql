@@ -277,6 +277,14 @@ BEGIN
        AND (d.objsubid = 0 OR (d.object_type = 'table column'
                                AND d.address_names[3] = f.column_name));
 
+    -- And its relocation scope, or its being a root.
+    DELETE FROM outbox.relocation_scopes s
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = s.relid;
+    DELETE FROM outbox.relocation_roots rr
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = rr.relid;
+
     DELETE FROM outbox.registered_tables t
      USING pg_event_trigger_dropped_objects() d
      WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = t.relid;

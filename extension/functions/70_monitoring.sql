@@ -345,7 +345,9 @@ BEGIN
                 ['pg_outbox_link_recovered_total', 'counter',
                  'Messages the destination had taken when the answer was lost, found by recovery.'],
                 ['pg_outbox_link_failures', 'gauge',
-                 'Failed rounds in a row of a link (0: it works); link_status.last_error says why.']]) AS a(f),
+                 'Failed rounds in a row of a link (0: it works); link_status.last_error says why.'],
+                ['pg_outbox_model_findings', 'gauge',
+                 'Findings of outbox.check_models() (relocation scopes), by kind.']]) AS a(f),
                    generate_subscripts(a.f, 1) AS i),
          -- pos orders samples within a family (then their labels).
          samples(family, labels, value, pos) AS (
@@ -460,7 +462,15 @@ BEGIN
                 ('pg_outbox_link_messages_sent_total', l.messages_sent::text),
                 ('pg_outbox_link_recovered_total', l.recovered::text),
                 ('pg_outbox_link_failures', l.failures::text)
-             ) AS v(family, value))
+             ) AS v(family, value)
+            UNION ALL
+            SELECT 'pg_outbox_model_findings', 'finding=' || outbox._prometheus_label(k.finding),
+                   (SELECT count(*) FROM outbox.check_models() c WHERE c.finding = k.finding)::text,
+                   k.pos
+              FROM unnest(ARRAY['no_scope', 'excluded_in_set', 'set_without_function', 'no_root',
+                                'dangling', 'nullable_path_only', 'unbreakable_cycle',
+                                'bad_primary_key', 'forced_row_security',
+                                'unregistered_cross_silo']) WITH ORDINALITY AS k(finding, pos))
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

@@ -23,7 +23,8 @@ GRANT USAGE ON SCHEMA outbox TO PUBLIC;
 -- Called as anything but a trigger, it raises an error.
 GRANT EXECUTE ON FUNCTION outbox.capture_row() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
-    outbox.register_table(regclass, text, text, name, name[], name, int, text),
+    outbox.register_table(regclass, text, text, name, name[], name, int, text, text),
+    outbox.set_relocation_scope(regclass, text[], regprocedure, name[]),
     outbox.unregister_table(regclass),
     outbox.set_replication_version(regclass, int),
     outbox.register_foreign_key(regclass, name, text, text),
@@ -38,6 +39,8 @@ GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox
     outbox.foreign_keys TO pg_monitor;
 -- metrics() counts paused shards and dead letters, without their payloads.
 GRANT SELECT ON outbox.paused_shards TO pg_monitor;
+-- metrics() counts the model check's findings (catalog reads only).
+GRANT EXECUTE ON FUNCTION outbox.check_models() TO pg_monitor;
 GRANT SELECT (silo, dead_at) ON outbox.dead_letters TO pg_monitor;
 -- and the shards consumers hold, never their claim tokens (which complete).
 GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;

@@ -15,6 +15,13 @@
 -- Tombstone checks to try again.
 -- @include tables/96_tombstone_checks.sql
 
+-- Relocation scopes and roots.
+-- @include tables/97_relocation.sql
+
+-- register_table gains relocation_scope: a new signature.
+DROP FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text);
+DROP FUNCTION outbox._register_table(regclass, text, text, name, name[], name, int, text);
+
 -- outbox._backfill_status() gains a column (eta_at_budget): its return type
 -- changes, so it and the view on it are made again by functions/.
 DROP VIEW outbox.backfill_status;

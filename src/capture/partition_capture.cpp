@@ -50,7 +50,7 @@ OUTBOX_FUNCTION(outbox__capture_partition_rows) {
                          errmsg("table with OID %u is not registered with pg_outbox", root)));
             check_silo(meta);
             pg::RunAs as_owner;
-            pg::run_as_table_owner_for_capture(&as_owner, rel);
+            pg::run_as_table_owner_for_caller(&as_owner, rel);
             write_all_rows(writer, rel, meta, targets);
             pg::run_as_end(&as_owner);
         }

@@ -156,7 +156,7 @@ void run_as_extension_owner(RunAs *scope) {
     begin(scope, extension_owner());
 }
 
-void run_as_table_owner_for_capture(RunAs *scope, Relation rel) {
+void run_as_table_owner_for_caller(RunAs *scope, Relation rel) {
     begin(scope, rel->rd_rel->relowner);
 }
 

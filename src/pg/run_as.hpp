@@ -50,10 +50,10 @@ void run_as_extension_owner(RunAs *scope);
 // deadline; an ERROR disarms it (at the abort of the (sub)transaction that
 // opened the scope).
 void run_as_table_owner(RunAs *scope, Relation rel);
-// The same without the deadline: owner code that runs for the application's
-// own statement (capture of an attached partition), which that statement's
-// statement_timeout bounds.
-void run_as_table_owner_for_capture(RunAs *scope, Relation rel);
+// The same without the deadline: owner code that runs for the caller's own
+// statement (capture of an attached partition, an export), which that
+// statement's statement_timeout bounds.
+void run_as_table_owner_for_caller(RunAs *scope, Relation rel);
 void run_as_end(RunAs *scope);
 
 // Opens a user's table for pg_outbox's own work, waiting at most

@@ -42,10 +42,14 @@ Datum tid_array(const ItemPointerData *tids, int n);
 // Who a statement of spi_run_as runs as.
 struct RunAsRole {
     Relation owner_of; // nullptr: the extension's owner; else this table's owner
+    bool for_caller;   // without the deadline (run_as_table_owner_for_caller)
 };
-constexpr RunAsRole extension_owner_role = {nullptr};
+constexpr RunAsRole extension_owner_role = {nullptr, false};
 inline RunAsRole table_owner_role(Relation rel) {
-    return {rel};
+    return {rel, false};
+}
+inline RunAsRole table_owner_role_for_caller(Relation rel) {
+    return {rel, true};
 }
 
 // spi_run in an SPI connection of its own, as role; then read(rows) with the
@@ -60,6 +64,8 @@ uint64 spi_run_as(RunAsRole role, const char *what, const char *sql, int nargs, 
     RunAs scope;
     if (role.owner_of == nullptr)
         run_as_extension_owner(&scope);
+    else if (role.for_caller)
+        run_as_table_owner_for_caller(&scope, role.owner_of);
     else
         run_as_table_owner(&scope, role.owner_of);
     uint64 rows = spi_run(what, sql, nargs, types, values, nulls, read_only, limit, expected);

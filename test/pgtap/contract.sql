@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(55);
+SELECT plan(57);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -9,7 +9,7 @@ SELECT has_function('outbox', 'register_category', ARRAY['text', 'text', 'intege
 SELECT has_function('outbox', 'register_cell', ARRAY['text']);
 SELECT has_function('outbox', 'unregister_cell', ARRAY['text']);
 SELECT has_function('outbox', 'register_table',
-    ARRAY['regclass', 'text', 'text', 'name', 'name[]', 'name', 'integer', 'text']);
+    ARRAY['regclass', 'text', 'text', 'name', 'name[]', 'name', 'integer', 'text', 'text']);
 SELECT has_function('outbox', 'unregister_table', ARRAY['regclass']);
 SELECT has_function('outbox', 'set_replication_version', ARRAY['regclass', 'integer']);
 SELECT has_function('outbox', 'set_option', ARRAY['text', 'jsonb']);
@@ -60,8 +60,8 @@ SELECT is(current_setting('outbox.silo_mode'), 'monolith', 'outbox.silo_mode def
 SELECT is((SELECT context FROM pg_settings WHERE name = 'outbox.silo_mode'), 'sighup',
           'outbox.silo_mode is applied on reload');
 -- Defaults of the registration API.
-SELECT is((SELECT pg_get_function_arguments('outbox.register_table(regclass,text,text,name,name[],name,integer,text)'::regprocedure)),
-          'tbl regclass, category text, silo text DEFAULT ''cell''::text, shard_column name DEFAULT NULL::name, payload_columns name[] DEFAULT NULL::name[], cell_column name DEFAULT NULL::name, replication_version integer DEFAULT 1, table_key text DEFAULT NULL::text',
+SELECT is((SELECT pg_get_function_arguments('outbox.register_table(regclass,text,text,name,name[],name,integer,text,text)'::regprocedure)),
+          'tbl regclass, category text, silo text DEFAULT ''cell''::text, shard_column name DEFAULT NULL::name, payload_columns name[] DEFAULT NULL::name[], cell_column name DEFAULT NULL::name, replication_version integer DEFAULT 1, table_key text DEFAULT NULL::text, relocation_scope text DEFAULT NULL::text',
           'register_table arguments and defaults');
 SELECT is(outbox.get_option('outbox_replication.anything.replication_version'), '0'::jsonb,
           'the gate defaults to 0');
@@ -126,6 +126,28 @@ SELECT ok(NOT has_function_privilege('public', 'outbox.receive(int, bigint, bigi
           'nobody may call them by default');
 SELECT is(current_setting('outbox.link_batch_size'), '5000', 'outbox.link_batch_size defaults to 5000');
 SELECT is(current_setting('outbox.link_timeout'), '30s', 'outbox.link_timeout defaults to 30 s');
+
+-- Relocation (SPEC section 12): signatures; only set_relocation_scope is
+-- everyone's (the table's owner is checked in C), check_models pg_monitor's.
+SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || pg_get_function_arguments(p.oid)
+                             || ' -> ' || pg_get_function_result(p.oid), E'\n' ORDER BY p.proname)
+             FROM pg_proc p
+            WHERE p.pronamespace = 'outbox'::regnamespace
+              AND p.proname IN ('set_relocation_scope', 'set_relocation_root', 'check_models',
+                                'export_organizations', 'export_users')),
+          $$outbox.check_models()  -> TABLE(relation regclass, finding text, detail text)
+outbox.export_organizations(bigint[]) root_ids bigint[] -> TABLE(ordinal bigint, model text, pk bigint, fields jsonb)
+outbox.export_users(bigint[]) user_ids bigint[] -> TABLE(ordinal bigint, model text, pk bigint, fields jsonb)
+outbox.set_relocation_root(text,regclass) scope text, tbl regclass -> void
+outbox.set_relocation_scope(regclass,text[],regprocedure,name[]) tbl regclass, scopes text[], scope_function regprocedure DEFAULT NULL::regprocedure, plain_columns name[] DEFAULT NULL::name[] -> void$$,
+          'the relocation functions');
+SELECT ok(has_function_privilege('public', 'outbox.set_relocation_scope(regclass, text[], regprocedure, name[])', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.export_organizations(bigint[])', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.export_users(bigint[])', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.set_relocation_root(text, regclass)', 'EXECUTE')
+          AND has_function_privilege('pg_monitor', 'outbox.check_models()', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.check_models()', 'EXECUTE'),
+          'who may call the relocation functions');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

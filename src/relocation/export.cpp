@@ -1,0 +1,447 @@
+// outbox.export_organizations(root_ids) and outbox.export_users(user_ids):
+// the rows of every table of the scope that belong to those roots, as
+// Sentry's export has them ({"model", "pk", "fields"}), parents before the
+// rows that refer to them, then a manifest row.
+//
+// * One snapshot: every read is a read-only SPI statement, which runs in
+//   the snapshot of the caller's statement (no statement here takes a new
+//   one), so the export is as of one moment, as pg_dump's is, and holds
+//   that snapshot only while it runs.
+// * Belonging: a row belongs when a path of references (one-column foreign
+//   keys to a primary key, registered cross-silo references to a table
+//   here) through tables of the scope leads to one of the roots.  Found
+//   breadth first from the roots, one query per reference and chunk of
+//   ids; a table with a scope_function only lets through its rows whose
+//   function says the scope.
+// * Each read runs as the table's owner, restricted (pg/run_as.hpp), for
+//   the caller's statement: its statement_timeout bounds it.
+// * The manifest: counts per table, the order, the columns an import sets
+//   in a later step (cycles), the cross-silo values (the users to export
+//   from control), and a SHA-256 over the rows, each as the line
+//   "<ordinal>\t<model>\t<pk>\t<fields>\n" (docs/relocation.md gives the SQL
+//   that recomputes it), so that a dropped or edited row is found.
+//
+// Written without C++ objects that own resources: errors unwind through it
+// freely.
+#include "pg/guard.hpp"
+#include "pg/hash.hpp"
+#include "pg/ids.hpp"
+#include "pg/spi.hpp"
+#include "relocation/models.hpp"
+
+extern "C" {
+#include "access/xlog.h"
+#include "commands/dbcommands.h"
+#include "common/cryptohash.h"
+#include "common/sha2.h"
+#include "lib/stringinfo.h"
+#include "utils/json.h"
+#include "utils/timestamp.h"
+#include "utils/tuplestore.h"
+}
+
+using namespace pgoutbox;
+using namespace pgoutbox::relocation;
+
+namespace {
+
+// Bigger exports go in several calls (and a relocation in several steps).
+constexpr int max_roots = 10000;
+// ids per ANY($1) of one read.
+constexpr int ids_per_read = 10000;
+// No table key can be this: schema names starting with pg_ are reserved.
+constexpr const char *manifest_model = "pg_outbox.manifest";
+
+// The ids of one table: all those found, and those whose referrers are not
+// yet looked for.
+struct Ids {
+    HTAB *set;
+    int64 *pending;
+    int pending_count;
+    int pending_capacity;
+};
+
+bool add_id(Ids *ids, int64 id, MemoryContext context) {
+    bool found;
+    (void)hash_search(ids->set, &id, HASH_ENTER, &found);
+    if (found)
+        return false;
+    if (ids->pending_count == ids->pending_capacity) {
+        ids->pending_capacity = Max(64, ids->pending_capacity * 2);
+        ids->pending =
+            ids->pending == nullptr
+                ? (int64 *)MemoryContextAlloc(context, sizeof(int64) * ids->pending_capacity)
+                : (int64 *)repalloc(ids->pending, sizeof(int64) * ids->pending_capacity);
+    }
+    ids->pending[ids->pending_count++] = id;
+    return true;
+}
+
+// The set's ids, sorted.
+int64 *sorted_ids(Ids *ids, long *count) {
+    *count = hash_get_num_entries(ids->set);
+    int64 *all = (int64 *)palloc(sizeof(int64) * (*count + 1));
+    HASH_SEQ_STATUS scan;
+    hash_seq_init(&scan, ids->set);
+    long n = 0;
+    for (int64 *id; (id = (int64 *)hash_seq_search(&scan)) != nullptr;)
+        all[n++] = *id;
+    qsort(all, n, sizeof(int64), pg::compare_int64);
+    return all;
+}
+
+// Runs sql ($1: bigint[]) as rel's owner once per chunk of ids; read(rows)
+// sees each chunk's result in SPI_tuptable.
+template <typename Read>
+void read_chunks(Relation rel, const char *what, const char *sql, const int64 *ids, long count,
+                 Read &&read) {
+    for (long at = 0; at < count; at += ids_per_read) {
+        int n = int(Min((long)ids_per_read, count - at));
+        Oid types[1] = {INT8ARRAYOID};
+        Datum values[1] = {pg::int8_array(ids + at, n)};
+        pg::spi_run_as(pg::table_owner_role_for_caller(rel), what, sql, 1, types, values, nullptr,
+                       true, 0, SPI_OK_SELECT, read);
+    }
+}
+
+int64 int8_column(HeapTuple row, TupleDesc desc, int column) {
+    bool isnull;
+    return DatumGetInt64(SPI_getbinval(row, desc, column, &isnull));
+}
+
+// " AND fn(t) = 'Scope'" for a table whose rows decide their scope.
+const char *scope_filter(const Model *t, int scope) {
+    return t->function == nullptr
+               ? ""
+               : psprintf(" AND %s(t) = %s", t->function, quote_literal_cstr(scope_name(scope)));
+}
+
+void refuse(const Model *t, int scope, const char *problem, const char *hint) {
+    ereport(ERROR,
+            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+             errmsg("cannot export scope %s: table %s %s", scope_name(scope), t->key, problem),
+             errhint("%s", hint), errdetail("outbox.check_models() lists every finding.")));
+}
+
+void append_ids(StringInfo out, const int64 *ids, long count) {
+    appendStringInfoChar(out, '[');
+    for (long i = 0; i < count; i++)
+        appendStringInfo(out, "%s" INT64_FORMAT, i > 0 ? ", " : "", ids[i]);
+    appendStringInfoChar(out, ']');
+}
+
+void check_hash(int result, pg_cryptohash_ctx *hash) {
+    if (result < 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_INTERNAL_ERROR),
+                 errmsg("could not compute the export's checksum: %s", pg_cryptohash_error(hash))));
+}
+
+Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", argument)));
+    ArrayType *array = PG_GETARG_ARRAYTYPE_P(0);
+    if (ARR_NDIM(array) > 1)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("%s must be a one-dimensional array", argument)));
+    Datum *elements;
+    bool *element_nulls;
+    int root_count;
+    deconstruct_array(array, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &elements,
+                      &element_nulls, &root_count);
+    if (root_count == 0)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("%s is empty: name at least one id", argument)));
+    if (root_count > max_roots)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("%s has %d ids; one export takes at most %d", argument, root_count,
+                               max_roots),
+                        errhint("Export them in several calls.")));
+    int64 *roots = (int64 *)palloc(sizeof(int64) * root_count);
+    for (int i = 0; i < root_count; i++) {
+        if (element_nulls[i])
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("%s[%d] is NULL", argument, i + 1)));
+        roots[i] = DatumGetInt64(elements[i]);
+    }
+    qsort(roots, root_count, sizeof(int64), pg::compare_int64);
+    for (int i = 1; i < root_count; i++)
+        if (roots[i] == roots[i - 1])
+            ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                            errmsg("%s names " INT64_FORMAT " twice", argument, roots[i])));
+
+    Models *models = load_models();
+    int n = models->count;
+    int root = root_of(models, scope);
+    if (root < 0)
+        ereport(ERROR,
+                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                 errmsg("scope %s has no relocation root", scope_name(scope)),
+                 errhint("SELECT outbox.set_relocation_root('%s', <table>);", scope_name(scope))));
+    bool *member = (bool *)palloc0(sizeof(bool) * (n + 1));
+    for (int i = 0; i < n; i++) {
+        const Model *t = &models->tables[i];
+        if (!(t->scopes & scope))
+            continue;
+        member[i] = true;
+        if (t->pk == nullptr)
+            refuse(t, scope, "has no primary key of one integer column",
+                   "An export names each row by its primary key.");
+        if (t->scope_count > 1 && ((t->scopes & Excluded) || t->function == nullptr))
+            refuse(t, scope, "has a set of scopes without Excluded and with a scope_function",
+                   "Set it again with outbox.set_relocation_scope.");
+        if (t->forced_row_security)
+            refuse(t, scope, "forces row-level security on its owner, as whom it is read",
+                   "ALTER TABLE ... NO FORCE ROW LEVEL SECURITY, or the export would miss rows.");
+    }
+    if (!member[root])
+        refuse(&models->tables[root], scope, "is the scope's root but not in the scope",
+               "Set its scope with outbox.set_relocation_scope.");
+    int *order = (int *)palloc(sizeof(int) * (n + 1));
+    int order_count = 0;
+    bool *deferred = (bool *)palloc0(sizeof(bool) * (models->edge_count + 1));
+    int stuck = plan_export_order(n, models->edges, models->edge_count, member, order, &order_count,
+                                  deferred);
+    if (stuck >= 0)
+        refuse(&models->tables[stuck], scope, "is on a cycle of NOT NULL references",
+               "Make one column of the cycle nullable: the import sets it in a later step.");
+
+    InitMaterializedSRF(fcinfo, 0);
+    auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
+    MemoryContext context = CurrentMemoryContext;
+    Relation *rels = (Relation *)palloc0(sizeof(Relation) * (n + 1));
+    Ids *ids = (Ids *)palloc0(sizeof(Ids) * (n + 1));
+    for (int i = 0; i < n; i++) {
+        if (!member[i])
+            continue;
+        rels[i] = pg::open_user_table(models->tables[i].relid, AccessShareLock);
+        if (rels[i] == nullptr)
+            ereport(ERROR,
+                    (errcode(ERRCODE_UNDEFINED_TABLE),
+                     errmsg("table %s was dropped during the export", models->tables[i].key)));
+        ids[i].set =
+            pg::blob_hash("pg_outbox export ids", 1024, sizeof(int64), sizeof(int64), context);
+    }
+
+    // The roots, which must exist.
+    const Model *root_table = &models->tables[root];
+    read_chunks(rels[root], "reading the export's roots",
+                psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
+                         quote_identifier(root_table->pk),
+                         root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified,
+                         quote_identifier(root_table->pk), scope_filter(root_table, scope)),
+                roots, root_count, [&](uint64 rows) {
+                    for (uint64 r = 0; r < rows; r++)
+                        add_id(&ids[root],
+                               int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
+                               context);
+                });
+    if (hash_get_num_entries(ids[root].set) < root_count)
+        for (int i = 0; i < root_count; i++) {
+            bool found;
+            (void)hash_search(ids[root].set, &roots[i], HASH_FIND, &found);
+            if (!found)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("%s: " INT64_FORMAT " is not a row of %s", argument,
+                                       roots[i], root_table->key)));
+        }
+
+    // Breadth first from the roots, until no table has ids left to follow.
+    for (bool more = true; more;) {
+        more = false;
+        for (int p = 0; p < n; p++) {
+            if (!member[p] || ids[p].pending_count == 0)
+                continue;
+            more = true;
+            long count = ids[p].pending_count;
+            int64 *followed = (int64 *)palloc(sizeof(int64) * count);
+            memcpy(followed, ids[p].pending, sizeof(int64) * count);
+            ids[p].pending_count = 0;
+            for (int e = 0; e < models->edge_count; e++) {
+                int c = models->edges[e].child;
+                if (models->edges[e].parent != p || !member[c])
+                    continue;
+                const Model *child = &models->tables[c];
+                const Reference *ref = &models->references[models->edge_reference[e]];
+                read_chunks(
+                    rels[c], "finding the rows that belong to the export",
+                    psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
+                             quote_identifier(child->pk), child->relkind == 'r' ? "ONLY " : "",
+                             child->qualified, quote_identifier(ref->column),
+                             scope_filter(child, scope)),
+                    followed, count, [&](uint64 rows) {
+                        for (uint64 r = 0; r < rows; r++)
+                            add_id(&ids[c],
+                                   int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
+                                   context);
+                    });
+            }
+            pfree(followed);
+        }
+    }
+
+    // The cross-silo values kept as values: one set per parent table key.
+    HTAB **cross_silo = (HTAB **)palloc0(sizeof(HTAB *) * (models->reference_count + 1));
+    for (int r = 0; r < models->reference_count; r++) {
+        const Reference *ref = &models->references[r];
+        if (!ref->cross_silo || !member[ref->child] || (ref->parent >= 0 && member[ref->parent]))
+            continue;
+        int first = r;
+        for (int s = 0; s < r; s++)
+            if (cross_silo[s] != nullptr &&
+                strcmp(models->references[s].parent_key, ref->parent_key) == 0)
+                first = s;
+        cross_silo[r] = first == r ? pg::blob_hash("pg_outbox export cross-silo values", 256,
+                                                   sizeof(int64), sizeof(int64), context)
+                                   : cross_silo[first];
+    }
+
+    pg_cryptohash_ctx *hash = pg_cryptohash_create(PG_SHA256);
+    check_hash(pg_cryptohash_init(hash), hash);
+    int64 ordinal = 0;
+    long *counts = (long *)palloc0(sizeof(long) * (n + 1));
+    StringInfoData line;
+    initStringInfo(&line);
+    for (int o = 0; o < order_count; o++) {
+        int i = order[o];
+        const Model *t = &models->tables[i];
+        long count;
+        int64 *all = sorted_ids(&ids[i], &count);
+        counts[i] = count;
+        const char *pk = quote_identifier(t->pk);
+        read_chunks(
+            rels[i], "reading the rows of the export",
+            psprintf("SELECT s.pk, s.fields, s.fields::text FROM (SELECT t.%s::bigint AS pk, "
+                     "to_jsonb(t) - %s AS fields FROM %s%s t WHERE t.%s = ANY ($1)) s "
+                     "ORDER BY s.pk",
+                     pk, quote_literal_cstr(t->pk), t->relkind == 'r' ? "ONLY " : "", t->qualified,
+                     pk),
+            all, count, [&](uint64 rows) {
+                TupleDesc desc = SPI_tuptable->tupdesc;
+                for (uint64 r = 0; r < rows; r++) {
+                    HeapTuple row = SPI_tuptable->vals[r];
+                    bool isnull;
+                    int64 id = int8_column(row, desc, 1);
+                    ordinal++;
+                    Datum values[4] = {Int64GetDatum(ordinal), CStringGetTextDatum(t->key),
+                                       Int64GetDatum(id), SPI_getbinval(row, desc, 2, &isnull)};
+                    bool nulls[4] = {false, false, false, false};
+                    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+                    resetStringInfo(&line);
+                    appendStringInfo(&line, INT64_FORMAT "\t%s\t" INT64_FORMAT "\t%s\n", ordinal,
+                                     t->key, id, SPI_getvalue(row, desc, 3));
+                    check_hash(pg_cryptohash_update(hash, (const uint8 *)line.data, line.len),
+                               hash);
+                }
+            });
+        for (int r = 0; r < models->reference_count; r++) {
+            const Reference *ref = &models->references[r];
+            if (cross_silo[r] == nullptr || ref->child != i)
+                continue;
+            HTAB *values = cross_silo[r];
+            read_chunks(rels[i], "reading the export's cross-silo values",
+                        psprintf("SELECT DISTINCT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1) "
+                                 "AND t.%s IS NOT NULL",
+                                 quote_identifier(ref->column), t->relkind == 'r' ? "ONLY " : "",
+                                 t->qualified, pk, quote_identifier(ref->column)),
+                        all, count, [&](uint64 rows) {
+                            for (uint64 v = 0; v < rows; v++) {
+                                int64 value =
+                                    int8_column(SPI_tuptable->vals[v], SPI_tuptable->tupdesc, 1);
+                                (void)hash_search(values, &value, HASH_ENTER, nullptr);
+                            }
+                        });
+        }
+        pfree(all);
+    }
+    uint8 digest[PG_SHA256_DIGEST_LENGTH];
+    check_hash(pg_cryptohash_final(hash, digest, sizeof digest), hash);
+    pg_cryptohash_free(hash);
+
+    StringInfoData m;
+    initStringInfo(&m);
+    appendStringInfoString(&m, "{\"format\": \"pg_outbox export 1\", \"scope\": ");
+    escape_json(&m, scope_name(scope));
+    appendStringInfoString(&m, ", \"root\": ");
+    escape_json(&m, root_table->key);
+    appendStringInfoString(&m, ", \"roots\": ");
+    append_ids(&m, roots, root_count);
+    appendStringInfo(&m, ", \"system_identifier\": \"" UINT64_FORMAT "\", \"database\": ",
+                     GetSystemIdentifier());
+    escape_json(&m, get_database_name(MyDatabaseId));
+    appendStringInfoString(&m, ", \"exported_at\": ");
+    escape_json(&m, timestamptz_to_str(GetCurrentStatementStartTimestamp()));
+    appendStringInfoString(&m, ", \"order\": [");
+    for (int o = 0; o < order_count; o++) {
+        appendStringInfoString(&m, o > 0 ? ", " : "");
+        escape_json(&m, models->tables[order[o]].key);
+    }
+    appendStringInfoString(&m, "], \"tables\": {");
+    for (int o = 0; o < order_count; o++) {
+        appendStringInfoString(&m, o > 0 ? ", " : "");
+        escape_json(&m, models->tables[order[o]].key);
+        appendStringInfo(&m, ": %ld", counts[order[o]]);
+    }
+    // The columns of a cycle, NULL at first in an import, set afterwards.
+    appendStringInfoString(&m, "}, \"deferred\": {");
+    bool first_table = true;
+    for (int o = 0; o < order_count; o++) {
+        bool first_column = true;
+        for (int e = 0; e < models->edge_count; e++) {
+            if (!deferred[e] || models->edges[e].child != order[o])
+                continue;
+            if (first_column) {
+                appendStringInfoString(&m, first_table ? "" : "], ");
+                escape_json(&m, models->tables[order[o]].key);
+                appendStringInfoString(&m, ": [");
+                first_table = false;
+            } else {
+                appendStringInfoString(&m, ", ");
+            }
+            escape_json(&m, models->references[models->edge_reference[e]].column);
+            first_column = false;
+        }
+    }
+    appendStringInfoString(&m, first_table ? "}" : "]}");
+    appendStringInfoString(&m, ", \"cross_silo\": {");
+    bool first_key = true;
+    for (int r = 0; r < models->reference_count; r++) {
+        bool first_of_key = cross_silo[r] != nullptr;
+        for (int s = 0; s < r && first_of_key; s++)
+            first_of_key = cross_silo[s] != cross_silo[r];
+        if (!first_of_key)
+            continue;
+        appendStringInfoString(&m, first_key ? "" : ", ");
+        escape_json(&m, models->references[r].parent_key);
+        appendStringInfoString(&m, ": ");
+        Ids values = {cross_silo[r], nullptr, 0, 0};
+        long count;
+        int64 *all = sorted_ids(&values, &count);
+        append_ids(&m, all, count);
+        first_key = false;
+    }
+    appendStringInfo(&m, "}, \"rows\": " INT64_FORMAT ", \"checksum\": \"", ordinal);
+    for (uint8 byte : digest)
+        appendStringInfo(&m, "%02x", byte);
+    appendStringInfoString(&m, "\"}");
+
+    Datum values[4] = {Int64GetDatum(ordinal + 1), CStringGetTextDatum(manifest_model), (Datum)0,
+                       DirectFunctionCall1(jsonb_in, CStringGetDatum(m.data))};
+    bool nulls[4] = {false, false, true, false};
+    tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
+    for (int i = 0; i < n; i++)
+        if (rels[i] != nullptr)
+            table_close(rels[i], NoLock);
+    return (Datum)0;
+}
+
+} // namespace
+
+OUTBOX_FUNCTION(outbox_export_organizations) {
+    return export_scope(fcinfo, Organization, "root_ids");
+}
+
+OUTBOX_FUNCTION(outbox_export_users) {
+    return export_scope(fcinfo, User, "user_ids");
+}
