@@ -55,7 +55,8 @@ int link_timeout_ms = 30000;
 int max_lease_s = 300;
 int naptime_ms = 1000;
 bool self_hosted = false;
-int metrics_top_shards = 20; // read by outbox.metrics() through current_setting
+int metrics_top_shards = 20;      // read by outbox.metrics() through current_setting
+int relocation_chunk_rows = 1000; // read by the import through current_setting
 
 static const struct config_enum_entry cursor_store_options[] = {
     {"redis", CURSOR_STORE_REDIS, false},
@@ -225,6 +226,13 @@ void _PG_init(void) {
                             "Deepest shards outbox.metrics() reports one by one.",
                             "Totals cover every shard whatever this is.", &metrics_top_shards, 20,
                             0, 10000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
+
+    // Read by outbox.import_organizations (68_relocation_import.sql): the
+    // rows of one chunk, one transaction each.
+    DefineCustomIntVariable(
+        "outbox.relocation_chunk_rows", "Rows an import writes in one chunk, one transaction each.",
+        "A chunk is recorded in outbox.import_chunks when it commits.", &relocation_chunk_rows,
+        1000, 1, 100000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
 
     MarkGUCPrefixReserved("outbox");
     install_drop_hook();

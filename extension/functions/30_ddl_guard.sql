@@ -284,6 +284,9 @@ BEGIN
     DELETE FROM outbox.relocation_roots rr
      USING pg_event_trigger_dropped_objects() d
      WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = rr.relid;
+    DELETE FROM outbox.relocation_collision_hooks h
+     USING pg_event_trigger_dropped_objects() d
+     WHERE d.classid = 'pg_class'::regclass AND d.objsubid = 0 AND d.objid = h.relid;
 
     DELETE FROM outbox.registered_tables t
      USING pg_event_trigger_dropped_objects() d

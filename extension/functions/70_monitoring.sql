@@ -347,7 +347,12 @@ BEGIN
                 ['pg_outbox_link_failures', 'gauge',
                  'Failed rounds in a row of a link (0: it works); link_status.last_error says why.'],
                 ['pg_outbox_model_findings', 'gauge',
-                 'Findings of outbox.check_models() (relocation scopes), by kind.']]) AS a(f),
+                 'Findings of outbox.check_models() (relocation scopes), by kind.'],
+                ['pg_outbox_relocations', 'gauge', 'Relocations imported here, by state.'],
+                ['pg_outbox_relocation_rows_done', 'gauge',
+                 'Rows an unfinished relocation has imported (not complete, not cancelled).'],
+                ['pg_outbox_relocation_rows_total', 'gauge',
+                 'Rows of an unfinished relocation''s export.']]) AS a(f),
                    generate_subscripts(a.f, 1) AS i),
          -- pos orders samples within a family (then their labels).
          samples(family, labels, value, pos) AS (
@@ -470,7 +475,22 @@ BEGIN
               FROM unnest(ARRAY['no_scope', 'excluded_in_set', 'set_without_function', 'no_root',
                                 'dangling', 'nullable_path_only', 'unbreakable_cycle',
                                 'bad_primary_key', 'forced_row_security',
-                                'unregistered_cross_silo']) WITH ORDINALITY AS k(finding, pos))
+                                'unregistered_cross_silo']) WITH ORDINALITY AS k(finding, pos)
+            UNION ALL
+            SELECT 'pg_outbox_relocations', 'state=' || outbox._prometheus_label(k.state),
+                   (SELECT count(*) FROM outbox.relocations r WHERE r.state = k.state)::text, k.pos
+              FROM unnest(ARRAY['importing', 'failed', 'imported', 'mismatched', 'complete',
+                                'cancelled']) WITH ORDINALITY AS k(state, pos)
+            UNION ALL
+            SELECT v.family,
+                   format('relocation=%s,state=%s', outbox._prometheus_label(r.relocation::text),
+                          outbox._prometheus_label(r.state)),
+                   v.value, 0::bigint
+              FROM outbox.relocations r
+             CROSS JOIN LATERAL (VALUES ('pg_outbox_relocation_rows_done', r.rows_done::text),
+                                        ('pg_outbox_relocation_rows_total', r.rows_total::text))
+                   AS v(family, value)
+             WHERE r.state NOT IN ('complete', 'cancelled'))
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

@@ -7,7 +7,7 @@ DECLARE
     f regprocedure;
 BEGIN
     FOR f IN SELECT p.oid FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace LOOP
-        EXECUTE format('REVOKE ALL ON FUNCTION %s FROM PUBLIC', f);
+        EXECUTE format('REVOKE ALL ON ROUTINE %s FROM PUBLIC', f);
     END LOOP;
 END
 $$;
@@ -25,6 +25,7 @@ GRANT EXECUTE ON FUNCTION outbox.capture_row() TO PUBLIC;
 GRANT EXECUTE ON FUNCTION
     outbox.register_table(regclass, text, text, name, name[], name, int, text, text),
     outbox.set_relocation_scope(regclass, text[], regprocedure, name[]),
+    outbox.set_relocation_collision_hook(regclass, regprocedure),
     outbox.unregister_table(regclass),
     outbox.set_replication_version(regclass, int),
     outbox.register_foreign_key(regclass, name, text, text),
@@ -46,6 +47,8 @@ GRANT SELECT (silo, dead_at) ON outbox.dead_letters TO pg_monitor;
 GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;
 -- and how the links to other clusters are doing.
 GRANT SELECT ON outbox.link_status TO pg_monitor;
+-- and the relocations imported here: their state, never their rows.
+GRANT SELECT ON outbox.relocations TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),

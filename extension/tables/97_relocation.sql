@@ -26,3 +26,91 @@ CREATE TABLE outbox.relocation_roots (
 
 SELECT pg_catalog.pg_extension_config_dump('outbox.relocation_scopes', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.relocation_roots', '');
+
+------------------------------------------------------------------------------
+-- Relocation, part 2: imports (extension/functions/68_relocation_import.sql)
+------------------------------------------------------------------------------
+-- The export to import, as outbox.export_organizations (or export_users)
+-- wrote it, manifest row included, loaded by COPY under a uuid the operator
+-- picks:  \copy outbox.relocation_rows FROM 'org.tsv'  after exporting with
+--   COPY (SELECT '<uuid>', e.* FROM outbox.export_organizations('{1}') e) TO ...
+CREATE TABLE outbox.relocation_rows (
+    relocation uuid   NOT NULL,
+    ordinal    bigint NOT NULL,
+    model      text   NOT NULL,
+    pk         bigint,
+    fields     jsonb  NOT NULL,
+    PRIMARY KEY (relocation, ordinal)
+);
+
+-- One row per relocation imported here (outbox.relocations shows it).
+-- plan: what the import computed from the manifest and this database's
+-- catalog (tables, columns, references), again on every resumed CALL.
+CREATE TABLE outbox.relocation_state (
+    relocation        uuid        PRIMARY KEY,
+    scope             text        NOT NULL CHECK (scope IN ('User', 'Organization')),
+    roots             bigint[]    NOT NULL,
+    source            text        NOT NULL,
+    target            text        NOT NULL,
+    users_relocation  uuid,
+    state             text        NOT NULL CHECK (state IN ('importing', 'failed', 'imported',
+                          'complete', 'mismatched', 'cancelled')),
+    step              text,
+    rows_done         bigint      NOT NULL DEFAULT 0,
+    rows_total        bigint      NOT NULL,
+    plan              jsonb,
+    error             text,
+    started_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
+    finished_at       timestamptz
+);
+
+-- Sentry's ImportChunk: a chunk is recorded in the transaction that wrote
+-- it, so a chunk done is never done again, and a chunk lost to a crash left
+-- nothing behind.  step insert: rows first_ordinal..last_ordinal of the
+-- export written; step deferred: the cycle-breaking columns of those rows
+-- set.
+CREATE TABLE outbox.import_chunks (
+    relocation    uuid        NOT NULL REFERENCES outbox.relocation_state ON DELETE CASCADE,
+    step          text        NOT NULL CHECK (step IN ('insert', 'deferred')),
+    table_key     text        NOT NULL,
+    first_ordinal bigint      NOT NULL,
+    last_ordinal  bigint      NOT NULL,
+    rows_written  bigint      NOT NULL,
+    done_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (relocation, step, first_ordinal)
+);
+
+-- Old primary key to new, per relocation and table key.  A User import's
+-- map, copied from control into a cell, rewrites the cells' cross-silo
+-- values (import_organizations(..., users_relocation)).
+CREATE TABLE outbox.relocation_pk_map (
+    relocation uuid   NOT NULL,
+    table_key  text   NOT NULL,
+    old        bigint NOT NULL,
+    new        bigint NOT NULL,
+    replaced   jsonb, -- the row a collision hook wrote instead (the compare expects it)
+    PRIMARY KEY (relocation, table_key, old)
+);
+
+-- What outbox.compare_relocation found; none: the import is complete.
+CREATE TABLE outbox.relocation_findings (
+    relocation  uuid   NOT NULL REFERENCES outbox.relocation_state ON DELETE CASCADE,
+    table_key   text   NOT NULL,
+    pk          bigint,
+    finding     text   NOT NULL CHECK (finding IN ('missing', 'extra', 'field', 'count')),
+    column_name text,
+    expected    jsonb,
+    actual      jsonb
+);
+CREATE INDEX ON outbox.relocation_findings (relocation);
+
+-- A table owner's answer to a unique collision in an import (Sentry's
+-- write_relocation_import): (relocation uuid, row jsonb) RETURNS jsonb,
+-- the row to write instead, run as the table's owner.
+CREATE TABLE outbox.relocation_collision_hooks (
+    relid regclass     PRIMARY KEY,
+    hook  regprocedure NOT NULL
+);
+
+SELECT pg_catalog.pg_extension_config_dump('outbox.relocation_collision_hooks', '');

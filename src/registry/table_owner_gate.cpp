@@ -1,7 +1,7 @@
 // outbox.register_table, outbox.unregister_table,
 // outbox.set_replication_version, outbox.register_foreign_key,
-// outbox.unregister_foreign_key and outbox.set_relocation_scope pass through
-// this gate.  It checks that the
+// outbox.unregister_foreign_key, outbox.set_relocation_scope and
+// outbox.set_relocation_collision_hook pass through this gate.  It checks that the
 // caller owns the table and, for the table's own registration and unless a
 // superuser, holds REGISTER on its category (outbox.grant_category), then
 // runs outbox._<same
@@ -105,4 +105,8 @@ OUTBOX_FUNCTION(outbox_unregister_foreign_key) {
 
 OUTBOX_FUNCTION(outbox_set_relocation_scope) {
     return table_owner_gate(fcinfo, "set_relocation_scope", CategoryCheck::None);
+}
+
+OUTBOX_FUNCTION(outbox_set_relocation_collision_hook) {
+    return table_owner_gate(fcinfo, "set_relocation_collision_hook", CategoryCheck::None);
 }

@@ -15,9 +15,10 @@
 //   function says the scope.
 // * Each read runs as the table's owner, restricted (pg/run_as.hpp), for
 //   the caller's statement: its statement_timeout bounds it.
-// * The manifest: counts per table, the order, the columns an import sets
-//   in a later step (cycles), the cross-silo values (the users to export
-//   from control), and a SHA-256 over the rows, each as the line
+// * The manifest: counts per table, the order, each table's columns and
+//   their types, the columns an import sets in a later step (cycles), the
+//   cross-silo values (the users to export from control), and a SHA-256 over the rows, each as the
+//   line
 //   "<ordinal>\t<model>\t<pk>\t<fields>\n" (docs/relocation.md gives the SQL
 //   that recomputes it), so that a dropped or edited row is found.
 //
@@ -383,8 +384,34 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
         escape_json(&m, models->tables[order[o]].key);
         appendStringInfo(&m, ": %ld", counts[order[o]]);
     }
+    // Each table's columns and their types, which an import checks its own
+    // against before writing anything.
+    Datum *keys = (Datum *)palloc(sizeof(Datum) * (order_count + 1));
+    Datum *relids = (Datum *)palloc(sizeof(Datum) * (order_count + 1));
+    for (int o = 0; o < order_count; o++) {
+        keys[o] = CStringGetTextDatum(models->tables[order[o]].key);
+        relids[o] = ObjectIdGetDatum(models->tables[order[o]].relid);
+    }
+    Oid column_types[2] = {TEXTARRAYOID, OIDARRAYOID};
+    Datum column_args[2] = {
+        PointerGetDatum(construct_array(keys, order_count, TEXTOID, -1, false, TYPALIGN_INT)),
+        PointerGetDatum(
+            construct_array(relids, order_count, OIDOID, sizeof(Oid), true, TYPALIGN_INT))};
+    char *columns = nullptr;
+    pg::spi_run_as(
+        pg::extension_owner_role, "reading the export's columns",
+        "SELECT coalesce(jsonb_object_agg(k.key, (SELECT jsonb_object_agg(a.attname, "
+        "format_type(a.atttypid, a.atttypmod)) FROM pg_attribute a WHERE a.attrelid = k.relid "
+        "AND a.attnum > 0 AND NOT a.attisdropped)), '{}')::text "
+        "FROM unnest($1::text[], $2::oid[]) k(key, relid)",
+        2, column_types, column_args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64) {
+            MemoryContext spi = MemoryContextSwitchTo(context);
+            columns = SPI_getvalue(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1);
+            MemoryContextSwitchTo(spi);
+        });
+    appendStringInfo(&m, "}, \"columns\": %s", columns);
     // The columns of a cycle, NULL at first in an import, set afterwards.
-    appendStringInfoString(&m, "}, \"deferred\": {");
+    appendStringInfoString(&m, ", \"deferred\": {");
     bool first_table = true;
     for (int o = 0; o < order_count; o++) {
         bool first_column = true;

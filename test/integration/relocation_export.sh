@@ -16,57 +16,9 @@ writer=
 
 redis_start
 cluster_start "outbox.worker_enabled = off"
-q >/dev/null <<'SQL'
-CREATE EXTENSION pg_outbox;
-CREATE TABLE stop_writer ();
-CREATE TABLE plan (id int PRIMARY KEY, name text);
-CREATE TABLE organization (id bigint PRIMARY KEY, slug text UNIQUE, plan_id int NOT NULL REFERENCES plan);
-CREATE TABLE team (id bigint PRIMARY KEY, organization_id bigint NOT NULL REFERENCES organization, name text);
-CREATE TABLE project (id bigserial PRIMARY KEY, organization_id bigint NOT NULL REFERENCES organization,
-    team_id bigint REFERENCES team, parent_id bigint REFERENCES project, slug text,
-    created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-CREATE INDEX ON project (organization_id);
-CREATE TABLE environment (id bigserial PRIMARY KEY, project_id bigint NOT NULL REFERENCES project, name text);
-CREATE INDEX ON environment (project_id);
-CREATE TABLE event (id bigint NOT NULL, project_id bigint NOT NULL REFERENCES project, message text,
-    PRIMARY KEY (id)) PARTITION BY RANGE (id);
-CREATE TABLE event_1 PARTITION OF event FOR VALUES FROM (0) TO (50000);
-CREATE TABLE event_2 PARTITION OF event FOR VALUES FROM (50000) TO (MAXVALUE);
-CREATE INDEX ON event (project_id);
-CREATE TABLE member (id bigint PRIMARY KEY, organization_id bigint NOT NULL REFERENCES organization, user_id bigint NOT NULL);
-CREATE INDEX ON member (organization_id);
-CREATE TABLE dashboard (id bigint PRIMARY KEY, organization_id bigint NOT NULL REFERENCES organization, default_widget_id bigint);
-CREATE INDEX ON dashboard (organization_id);
-CREATE TABLE widget (id bigint PRIMARY KEY, dashboard_id bigint NOT NULL REFERENCES dashboard, title text);
-CREATE INDEX ON widget (dashboard_id);
-ALTER TABLE dashboard ADD FOREIGN KEY (default_widget_id) REFERENCES widget;
-CREATE TABLE alert_rule (id bigint PRIMARY KEY, project_id bigint NOT NULL REFERENCES project, owner_id bigint REFERENCES member);
-CREATE INDEX ON alert_rule (project_id);
-CREATE INDEX ON alert_rule (owner_id);
-SELECT outbox.set_relocation_scope(t, '{Organization}')
-  FROM unnest('{organization,team,project,environment,event,member,dashboard,widget,alert_rule}'::regclass[]) t;
-SELECT outbox.set_relocation_scope('plan', '{Global}');
-SELECT outbox.set_relocation_scope('stop_writer', '{Excluded}');
-SELECT outbox.set_relocation_scope('member', '{Organization}', plain_columns => '{user_id}');
-SELECT outbox.set_relocation_root('Organization', 'organization');
-
--- Every row refers to rows of its own organization only.
-INSERT INTO plan VALUES (1, 'free'), (2, 'business');
-INSERT INTO organization VALUES (1, 'acme', 2), (2, 'globex', 1);
-INSERT INTO team SELECT i, 1 + i % 2, 'team ' || i FROM generate_series(1, 200) i;
-INSERT INTO project (organization_id, team_id, slug)
-SELECT 1 + i % 2, CASE WHEN i % 3 = 0 THEN NULL ELSE i % 2 + 2 * (1 + i % 99) END, 'p' || i
-  FROM generate_series(1, 4000) i;
-UPDATE project SET parent_id = id - 2 WHERE id > 2 AND id % 5 = 0;
-INSERT INTO environment (project_id, name) SELECT p, e FROM generate_series(1, 4000) p, unnest('{prod,dev,stage}'::text[]) e;
-INSERT INTO event SELECT i, 1 + i % 4000, 'event ' || i FROM generate_series(1, 160000) i;
-INSERT INTO member SELECT i, 1 + i % 2, i FROM generate_series(1, 4000) i;
-INSERT INTO dashboard SELECT i, 1 + i % 2, NULL FROM generate_series(1, 2000) i;
-INSERT INTO widget SELECT i, 1 + i % 2000, 'w' || i FROM generate_series(1, 6000) i;
-UPDATE dashboard SET default_widget_id = id - 1 WHERE id % 2 = 0;
-INSERT INTO alert_rule SELECT i, 1 + i % 4000, CASE WHEN i % 2 = 0 THEN 1 + i % 4000 END FROM generate_series(1, 8000) i;
-ANALYZE;
-SQL
+q >/dev/null -c "CREATE EXTENSION pg_outbox" -c "CREATE TABLE stop_writer ()" \
+    -c "SELECT outbox.set_relocation_scope('stop_writer', '{Excluded}')" \
+    -f "$root/test/harness/organization_schema.sql" -f "$root/test/harness/organization_data.sql"
 rows=$(q -c "SELECT count(*) - 1 FROM outbox.export_organizations('{1}')")
 check "the organization has about 100,000 rows ($rows)" test "$rows" -ge 95000
 check "the model check has nothing to say" test -z "$(q -c "SELECT * FROM outbox.check_models()")"

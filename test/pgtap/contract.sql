@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(57);
+SELECT plan(60);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -148,6 +148,34 @@ SELECT ok(has_function_privilege('public', 'outbox.set_relocation_scope(regclass
           AND has_function_privilege('pg_monitor', 'outbox.check_models()', 'EXECUTE')
           AND NOT has_function_privilege('public', 'outbox.check_models()', 'EXECUTE'),
           'who may call the relocation functions');
+
+-- Relocation, part 2: the import's procedures and functions, the extension
+-- owner's but for the collision hook (the table's owner, checked in C); the
+-- state view pg_monitor's; the chunk setting.
+SELECT is((SELECT string_agg(p.oid::regprocedure || ' ' || p.prokind::text || ' ' || pg_get_function_arguments(p.oid)
+                             || ' -> ' || coalesce(pg_get_function_result(p.oid), 'none'), E'\n' ORDER BY p.proname)
+             FROM pg_proc p
+            WHERE p.pronamespace = 'outbox'::regnamespace
+              AND p.proname IN ('import_organizations', 'import_users', 'compare_relocation',
+                                'cancel_relocation', 'set_relocation_collision_hook')),
+          $$outbox.cancel_relocation(uuid) f relocation uuid -> bigint
+outbox.compare_relocation(uuid) f relocation uuid -> TABLE(table_key text, pk bigint, finding text, column_name text, expected jsonb, actual jsonb)
+outbox.import_organizations(uuid,uuid) p IN relocation uuid, IN users_relocation uuid DEFAULT NULL::uuid -> none
+outbox.import_users(uuid) p IN relocation uuid -> none
+outbox.set_relocation_collision_hook(regclass,regprocedure) f tbl regclass, hook regprocedure -> void$$,
+          'the import''s procedures and functions');
+SELECT ok(has_function_privilege('public', 'outbox.set_relocation_collision_hook(regclass, regprocedure)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.import_organizations(uuid, uuid)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.import_users(uuid)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.compare_relocation(uuid)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.cancel_relocation(uuid)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox._run_as_table_owner(regclass, text, jsonb[])', 'EXECUTE')
+          AND has_table_privilege('pg_monitor', 'outbox.relocations', 'SELECT')
+          AND NOT has_table_privilege('pg_monitor', 'outbox.relocation_rows', 'SELECT')
+          AND NOT has_table_privilege('pg_monitor', 'outbox.relocation_pk_map', 'SELECT'),
+          'who may import, compare and cancel');
+SELECT is(current_setting('outbox.relocation_chunk_rows'), '1000',
+          'outbox.relocation_chunk_rows defaults to 1,000');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

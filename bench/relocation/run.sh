@@ -1,0 +1,164 @@
+#!/usr/bin/env bash
+# Relocation benchmark: rows/s of moving one organization of about 100,000
+# rows (test/harness/organization_*.sql) from one cluster to another with
+# pg_outbox (export, load into the staging table, import with new keys,
+# compare), side by side in each run with what a DBA would reach for:
+# pg_dump --data-only of a database holding only that organization and its
+# restore with psql into the other cluster (which keeps the keys, so it
+# could not land beside an organization that already uses them).  The
+# schema has a cycle through a nullable column, so the dump needs
+# --disable-triggers: the restore skips the target's foreign-key checks, and
+# pg_outbox refuses to let it disable a registered table's capture, so its
+# target has no table registered (its outbox would never hear of the rows);
+# the import's target has project registered, and the import runs both.  The import runs twice a run, with the
+# default chunks of 1,000 rows and with chunks of 10,000.
+#
+#   bash bench/relocation/run.sh        # RUNS=3
+# Prints a Markdown table and writes it to bench/relocation/results.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/harness/cluster.sh"
+RUNS=${RUNS:-3}
+work=$(mktemp -d)
+source_dir= source_port=
+stop_both() {
+    cluster_stop
+    if [[ -n $source_dir ]]; then CLUSTER_DIR=$source_dir cluster_stop; fi
+    rm -rf "$work"
+}
+trap stop_both EXIT
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+install_extension "$root"
+redis_start
+settings=("outbox.worker_enabled = off" "shared_buffers = 512MB" "max_wal_size = 4GB")
+cluster_start "${settings[@]}"
+source_dir=$CLUSTER_DIR source_port=$PGPORT
+src() { PGHOST=$source_dir PGPORT=$source_port psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+# app: both organizations (the export takes one); only_org: the same with
+# the second organization deleted, for pg_dump.
+for db in app only_org; do
+    src -c "CREATE DATABASE $db"
+    src -d $db -c "CREATE EXTENSION pg_outbox" -f "$root/test/harness/organization_schema.sql" \
+        -f "$root/test/harness/organization_data.sql" >/dev/null
+done
+src -d only_org >/dev/null <<'SQL'
+DELETE FROM alert_rule a USING project p WHERE p.id = a.project_id AND p.organization_id = 2;
+DELETE FROM event a USING project p WHERE p.id = a.project_id AND p.organization_id = 2;
+DELETE FROM environment a USING project p WHERE p.id = a.project_id AND p.organization_id = 2;
+UPDATE dashboard SET default_widget_id = NULL WHERE organization_id = 2;
+DELETE FROM widget a USING dashboard d WHERE d.id = a.dashboard_id AND d.organization_id = 2;
+DELETE FROM dashboard WHERE organization_id = 2;
+UPDATE project SET parent_id = NULL WHERE organization_id = 2;
+DELETE FROM project WHERE organization_id = 2;
+DELETE FROM member WHERE organization_id = 2;
+DELETE FROM team WHERE organization_id = 2;
+DELETE FROM organization WHERE id = 2;
+VACUUM ANALYZE;
+SQL
+rows=$(src -d only_org -c "SELECT (SELECT count(*) FROM organization) + (SELECT count(*) FROM team)
+    + (SELECT count(*) FROM project) + (SELECT count(*) FROM environment) + (SELECT count(*) FROM event)
+    + (SELECT count(*) FROM member) + (SELECT count(*) FROM dashboard) + (SELECT count(*) FROM widget)
+    + (SELECT count(*) FROM alert_rule)")
+
+CLUSTER_DIR=
+cluster_start "${settings[@]}"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
+# The target: the same schema, project registered for capture; each run
+# starts from a copy of it.
+# The restore's target has nothing registered: pg_outbox refuses the
+# --disable-triggers restore's ALTER TABLE ... DISABLE TRIGGER ALL on a
+# registered table (capture cannot be bypassed).
+q -c "CREATE DATABASE target_plain"
+q -d target_plain -c "CREATE EXTENSION pg_outbox" -f "$root/test/harness/organization_schema.sql" \
+    -c "DELETE FROM plan" >/dev/null
+q -c "CREATE DATABASE target"
+q -d target -c "CREATE EXTENSION pg_outbox" -f "$root/test/harness/organization_schema.sql" >/dev/null
+q -d target >/dev/null <<'SQL'
+SELECT outbox.register_scope('Organization', 0);
+SELECT outbox.register_category('project_update', 'Organization', 0);
+SELECT outbox.register_cell('us');
+SELECT outbox.register_table('project', 'project_update', 'cell', shard_column => 'organization_id');
+SQL
+
+dump=() restore=() export=() load=() import=() import10k=() compare=()
+for run in $(seq "$RUNS"); do
+    q -c "DROP DATABASE IF EXISTS restored" -c "CREATE DATABASE restored TEMPLATE target_plain"
+    for db in imported imported10k; do
+        q -c "DROP DATABASE IF EXISTS $db" -c "CREATE DATABASE $db TEMPLATE target"
+    done
+    q -c "CHECKPOINT"
+    src -c "CHECKPOINT"
+
+    t0=$(now_ms)
+    PGHOST=$source_dir PGPORT=$source_port pg_dump --data-only --disable-triggers -N outbox \
+        -d only_org >"$work/dump.sql" 2>/dev/null
+    t1=$(now_ms)
+    q -d restored -f "$work/dump.sql" >/dev/null
+    t2=$(now_ms)
+    dump+=($((t1 - t0))) restore+=($((t2 - t1)))
+    restored=$(q -d restored -c "SELECT count(*) FROM event")
+
+    for db in imported imported10k; do
+        relocation=$(q -c "SELECT gen_random_uuid()")
+        t0=$(now_ms)
+        src -d app -c "COPY (SELECT '$relocation', e.* FROM outbox.export_organizations('{1}') e) TO STDOUT" \
+            >"$work/org.tsv"
+        t1=$(now_ms)
+        q -d $db -c "\\copy outbox.relocation_rows FROM '$work/org.tsv'"
+        t2=$(now_ms)
+        chunk=1000
+        [[ $db == imported10k ]] && chunk=10000
+        q -d $db -c "SET outbox.relocation_chunk_rows = $chunk" \
+            -c "CALL outbox.import_organizations('$relocation')"
+        t3=$(now_ms)
+        findings=$(q -d $db -c "SELECT count(*) FROM outbox.compare_relocation('$relocation')")
+        t4=$(now_ms)
+        [[ $findings == 0 ]] || { echo "the compare found $findings differences" >&2; exit 1; }
+        [[ $(q -d $db -c "SELECT count(*) FROM event") == "$restored" ]] || {
+            echo "$db and restored differ" >&2; exit 1; }
+        if [[ $db == imported ]]; then
+            export+=($((t1 - t0))) load+=($((t2 - t1))) import+=($((t3 - t2))) compare+=($((t4 - t3)))
+        else
+            import10k+=($((t3 - t2)))
+        fi
+    done
+    echo "run $run: dump ${dump[-1]} + restore ${restore[-1]} ms; export ${export[-1]} + load ${load[-1]} + import ${import[-1]} (10k chunks: ${import10k[-1]}) + compare ${compare[-1]} ms" >&2
+done
+
+m() { printf '%s\n' "$@" | median; }
+dump_ms=$(m "${dump[@]}") restore_ms=$(m "${restore[@]}")
+export_ms=$(m "${export[@]}") load_ms=$(m "${load[@]}") import_ms=$(m "${import[@]}")
+import10k_ms=$(m "${import10k[@]}") compare_ms=$(m "${compare[@]}")
+baseline=$((dump_ms + restore_ms))
+ours=$((export_ms + load_ms + import_ms + compare_ms))
+ours10k=$((export_ms + load_ms + import10k_ms + compare_ms))
+rows_per_s() { awk -v n="$rows" -v ms="$1" 'BEGIN {printf "%d", n * 1000 / ms}'; }
+ratio() { awk -v b="$baseline" -v o="$1" 'BEGIN {printf "%.2f", b / o}'; }
+version=$(q -d target -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_outbox'")
+report=$(cat <<MD
+# pg_outbox relocation benchmark
+
+$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $(q -c "SHOW server_version") | pg_outbox $version | \`bash bench/relocation/run.sh\` RUNS=$RUNS
+
+One organization of $rows rows over nine tables (test/harness/organization_*.sql) from one cluster to another on this machine; medians of $RUNS runs, every contender in every run, each phase timed by the client's clock around its psql.
+
+| what | ms | rows/s | vs pg_dump + restore |
+|---|---:|---:|---:|
+| \`pg_dump --data-only --disable-triggers\` of a database holding only the organization | $dump_ms | | |
+| its restore with \`psql -f\` into the other cluster (foreign keys off; no table registered, as pg_outbox refuses to let a restore disable capture) | $restore_ms | | |
+| **pg_dump + restore** (keys kept) | **$baseline** | **$(rows_per_s "$baseline")** | **1.00** |
+| \`COPY (SELECT ... FROM outbox.export_organizations('{1}'))\` to a file | $export_ms | | |
+| \`\\copy outbox.relocation_rows\` from the file | $load_ms | | |
+| \`CALL outbox.import_organizations\`, chunks of 1,000 rows (the default), one transaction each | $import_ms | | |
+| the same with \`outbox.relocation_chunk_rows = 10000\` | $import10k_ms | | |
+| \`outbox.compare_relocation\` (a re-export in the target and a compare of every field) | $compare_ms | | |
+| **export + load + import + compare** (new keys, capture fired, compared) | **$ours** | **$(rows_per_s "$ours")** | **$(ratio "$ours")** |
+| the same with chunks of 10,000 | $ours10k | $(rows_per_s "$ours10k") | $(ratio "$ours10k") |
+
+The restore writes the rows as they were; the import takes a new key for each row, rewrites every reference through the map, writes each row as its table's owner with the table's triggers (capture, foreign keys) and records each chunk, and the compare re-exports the organization in the target.
+MD
+)
+echo "$report"
+echo "$report" >"$root/bench/relocation/results.md"

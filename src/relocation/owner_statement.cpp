@@ -1,0 +1,72 @@
+// outbox._run_as_table_owner(tbl, statement, rows): the one way the import,
+// the compare and the cancel (extension/functions/68_relocation_import.sql)
+// touch an application's table.  The statement runs with $1 = rows as the
+// table's owner, restricted (pg/run_as.hpp): the owner's code it reaches
+// (triggers, defaults, casts, a collision hook) can neither SET ROLE back
+// to the caller nor leave a setting behind, which a SET ROLE in PL/pgSQL
+// could not promise.  It returns the first column of the statement's rows
+// (a SELECT, or a data-modifying WITH whose outer SELECT returns jsonb).
+//
+// Only the extension's owner may execute it (90_privileges.sql revokes it
+// from PUBLIC): it gives the caller no more than SET ROLE to the table's
+// owner would.
+//
+// Written without C++ objects that own resources: errors unwind through it
+// freely.
+#include "pg/guard.hpp"
+#include "pg/spi.hpp"
+
+extern "C" {
+#include "utils/array.h"
+#include "utils/datum.h"
+}
+
+using namespace pgoutbox;
+
+OUTBOX_FUNCTION(outbox__run_as_table_owner) {
+    for (int i = 0; i < 3; i++)
+        if (PG_ARGISNULL(i))
+            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
+                            errmsg("%s must not be NULL", i == 0   ? "tbl"
+                                                          : i == 1 ? "statement"
+                                                                   : "rows")));
+    Oid relid = PG_GETARG_OID(0);
+    char *statement = text_to_cstring(PG_GETARG_TEXT_PP(1));
+    Datum rows = PG_GETARG_DATUM(2);
+    Relation rel = pg::open_user_table(relid, RowExclusiveLock);
+    if (rel == nullptr)
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                        errmsg("tbl: relation with OID %u does not exist", relid)));
+    // A policy forced on the owner would hide rows from the compare and the
+    // cancel without a word.
+    pg::refuse_forced_row_security(rel);
+
+    MemoryContext caller = CurrentMemoryContext;
+    Datum *results = nullptr;
+    bool *result_nulls = nullptr;
+    int count = 0;
+    Oid types[1] = {JSONBARRAYOID};
+    Datum values[1] = {rows};
+    pg::spi_run_as(pg::table_owner_role_for_caller(rel), "running a relocation statement",
+                   statement, 1, types, values, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 n) {
+                       TupleDesc desc = SPI_tuptable->tupdesc;
+                       if (desc->natts < 1 || SPI_gettypeid(desc, 1) != JSONBOID)
+                           ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                                           errmsg("statement must return one jsonb column")));
+                       MemoryContext spi = MemoryContextSwitchTo(caller);
+                       results = (Datum *)palloc(sizeof(Datum) * (n + 1));
+                       result_nulls = (bool *)palloc(sizeof(bool) * (n + 1));
+                       for (uint64 r = 0; r < n; r++) {
+                           Datum value =
+                               SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &result_nulls[r]);
+                           results[r] = result_nulls[r] ? (Datum)0 : datumCopy(value, false, -1);
+                       }
+                       count = int(n);
+                       MemoryContextSwitchTo(spi);
+                   });
+    table_close(rel, NoLock);
+    int dims[1] = {count};
+    int lbs[1] = {1};
+    PG_RETURN_ARRAYTYPE_P(
+        construct_md_array(results, result_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+}
