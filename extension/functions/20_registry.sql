@@ -95,6 +95,12 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     PERFORM outbox._require(name, 'name');
+    IF EXISTS (SELECT FROM outbox.organization_cells o WHERE o.cell = unregister_cell.name) THEN
+        RAISE EXCEPTION 'cell % still holds organizations (%)', quote_literal(name),
+            (SELECT count(*) FROM outbox.organization_cells o WHERE o.cell = unregister_cell.name)
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'outbox.organization_cells lists them.';
+    END IF;
     DELETE FROM outbox.cells c WHERE c.name = unregister_cell.name;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cell % is not registered', quote_literal(name)

@@ -352,7 +352,9 @@ BEGIN
                 ['pg_outbox_relocation_rows_done', 'gauge',
                  'Rows an unfinished relocation has imported (not complete, not cancelled).'],
                 ['pg_outbox_relocation_rows_total', 'gauge',
-                 'Rows of an unfinished relocation''s export.']]) AS a(f),
+                 'Rows of an unfinished relocation''s export.'],
+                ['pg_outbox_organizations', 'gauge',
+                 'Organizations outbox.organization_cells places in each cell.']]) AS a(f),
                    generate_subscripts(a.f, 1) AS i),
          -- pos orders samples within a family (then their labels).
          samples(family, labels, value, pos) AS (
@@ -490,7 +492,11 @@ BEGIN
              CROSS JOIN LATERAL (VALUES ('pg_outbox_relocation_rows_done', r.rows_done::text),
                                         ('pg_outbox_relocation_rows_total', r.rows_total::text))
                    AS v(family, value)
-             WHERE r.state NOT IN ('complete', 'cancelled'))
+             WHERE r.state NOT IN ('complete', 'cancelled')
+            UNION ALL
+            SELECT 'pg_outbox_organizations', 'cell=' || outbox._prometheus_label(o.cell),
+                   count(*)::text, 0::bigint
+              FROM outbox.organization_cells o GROUP BY o.cell)
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

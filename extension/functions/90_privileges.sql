@@ -30,6 +30,8 @@ GRANT EXECUTE ON FUNCTION
     outbox.set_replication_version(regclass, int),
     outbox.register_foreign_key(regclass, name, text, text),
     outbox.unregister_foreign_key(regclass, name) TO PUBLIC;
+-- Routing: the cell of an organization (69_organization_cells.sql).
+GRANT EXECUTE ON FUNCTION outbox.organization_cell(bigint) TO PUBLIC;
 -- Consumers: checked in C against CONSUME grants (64_consumers.sql).
 GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text, text),
     outbox.complete(bigint[], int[]), outbox.fail(bigint, int, text) TO PUBLIC;
@@ -49,6 +51,8 @@ GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;
 GRANT SELECT ON outbox.link_status TO pg_monitor;
 -- and the relocations imported here: their state, never their rows.
 GRANT SELECT ON outbox.relocations TO pg_monitor;
+-- and where the organizations live.
+GRANT SELECT ON outbox.organization_cells TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),

@@ -18,6 +18,9 @@
 -- Relocation scopes and roots.
 -- @include tables/97_relocation.sql
 
+-- Where each organization lives.
+-- @include tables/98_organization_cells.sql
+
 -- register_table gains relocation_scope: a new signature.
 DROP FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text);
 DROP FUNCTION outbox._register_table(regclass, text, text, name, name[], name, int, text);

@@ -133,4 +133,20 @@ check "and leaves the target as it was" test "$(q -c "
     SELECT (SELECT count(*) FROM organization) || ' ' || (SELECT count(*) FROM project) || ' '
            || (SELECT count(*) FROM event) || ' ' || (SELECT count(*) FROM dashboard)")" = "1 500 0 0"
 check "the relocation is cancelled" test "$(q -c "SELECT state FROM outbox.relocations")" = cancelled
+
+# Two sessions CALL the same import at once: each chunk is taken by one.
+again=5e1f0c1a-0000-4000-8000-000000000002
+sed "s/^$relocation/$again/" "$export_file" | q -c "\\copy outbox.relocation_rows FROM pstdin" >/dev/null
+q -c "DROP TRIGGER slow_environment ON environment" >/dev/null
+q -c "CALL outbox.import_organizations('$again')" >/dev/null &
+first=$!
+q -c "CALL outbox.import_organizations('$again')" >/dev/null
+wait $first
+check "two concurrent CALLs import it once" test "$(q -c "
+    SELECT (SELECT state FROM outbox.relocations WHERE relocation = '$again') || ' '
+           || (SELECT sum(last_ordinal - first_ordinal + 1) FROM outbox.import_chunks
+                WHERE relocation = '$again' AND step = 'insert') || ' '
+           || (SELECT count(*) FROM event) || ' '
+           || (SELECT count(*) FROM outbox.relocation_pk_map WHERE relocation = '$again' AND table_key = 'event')")" \
+    = "imported $rows $(grep -c $'\tevent\t' "$export_file") $(grep -c $'\tevent\t' "$export_file")"
 checks_done relocation_import

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(60);
+SELECT plan(61);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -176,6 +176,13 @@ SELECT ok(has_function_privilege('public', 'outbox.set_relocation_collision_hook
           'who may import, compare and cancel');
 SELECT is(current_setting('outbox.relocation_chunk_rows'), '1000',
           'outbox.relocation_chunk_rows defaults to 1,000');
+-- Where organizations live: control's record, which everyone may look up
+-- and only the extension owner change.
+SELECT ok(has_function_privilege('public', 'outbox.organization_cell(bigint)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.set_organization_cell(bigint, text)', 'EXECUTE')
+          AND NOT has_table_privilege('public', 'outbox.organization_cells', 'SELECT')
+          AND has_table_privilege('pg_monitor', 'outbox.organization_cells', 'SELECT'),
+          'who may look up and change where organizations live');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).
