@@ -472,12 +472,14 @@ BEGIN
              ) AS v(family, value)
             UNION ALL
             SELECT 'pg_outbox_model_findings', 'finding=' || outbox._prometheus_label(k.finding),
-                   (SELECT count(*) FROM outbox.check_models() c WHERE c.finding = k.finding)::text,
-                   k.pos
+                   coalesce(c.n, 0)::text, k.pos
               FROM unnest(ARRAY['no_scope', 'excluded_in_set', 'set_without_function', 'no_root',
                                 'dangling', 'nullable_path_only', 'unbreakable_cycle',
                                 'bad_primary_key', 'forced_row_security',
                                 'unregistered_cross_silo']) WITH ORDINALITY AS k(finding, pos)
+              -- The model check once a scrape, not once a kind.
+              LEFT JOIN (SELECT m.finding, count(*) AS n FROM outbox.check_models() m
+                          GROUP BY m.finding) c ON c.finding = k.finding
             UNION ALL
             SELECT 'pg_outbox_relocations', 'state=' || outbox._prometheus_label(k.state),
                    (SELECT count(*) FROM outbox.relocations r WHERE r.state = k.state)::text, k.pos
