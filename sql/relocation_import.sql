@@ -239,6 +239,8 @@ SELECT count(*) AS chunks, (SELECT count(*) FROM outbox.relocation_pk_map
                              WHERE relocation = 'aaaaaaaa-0000-0000-0000-000000000001') AS mapped
   FROM outbox.import_chunks;
 SELECT count(*) AS organizations FROM organization;
+-- A failed import is not under way: it cannot be paused.
+SELECT outbox.pause_relocation('aaaaaaaa-0000-0000-0000-000000000001');
 
 -- The owner registers a hook; what it does runs as the owner, restricted:
 -- it cannot become anyone else.
@@ -278,6 +280,9 @@ SELECT state, step, rows_done, rows_total, error, findings FROM outbox.relocatio
 SELECT step, table_key, count(*) AS chunks, sum(rows_written) AS rows_written,
        min(first_ordinal) AS first, max(last_ordinal) AS last
   FROM outbox.import_chunks GROUP BY 1, 2 ORDER BY 5, 1;
+-- Nothing to pause, or more to do.
+SELECT outbox.pause_relocation('aaaaaaaa-0000-0000-0000-000000000001');
+SELECT outbox.pause_relocation(NULL);
 -- Again: nothing more to do.
 CALL outbox.import_organizations('aaaaaaaa-0000-0000-0000-000000000001',
                                  'bbbbbbbb-0000-0000-0000-000000000001');

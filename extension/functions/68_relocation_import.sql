@@ -520,8 +520,8 @@ END
 $$;
 
 -- Starts the import of p_relocation, or lets a CALL continue one that a
--- crash or an error stopped (its manifest and this database's schema are
--- checked again).  Returns whether there is anything left to do.
+-- crash, an error or a pause stopped (its manifest and this database's
+-- schema are checked again).  Returns whether there is anything left to do.
 CREATE OR REPLACE FUNCTION outbox._import_begin(p_relocation uuid, p_scope text,
     p_users_relocation uuid) RETURNS boolean
 LANGUAGE plpgsql
@@ -693,11 +693,15 @@ BEGIN
         COMMIT;
         PERFORM outbox._raise_again(sqlstate_of, message, detail, hint);
     END IF;
-    IF (SELECT s.state FROM outbox.relocation_state s WHERE s.relocation = _import.relocation)
-       = 'cancelled' THEN
+    CASE (SELECT s.state FROM outbox.relocation_state s WHERE s.relocation = _import.relocation)
+    WHEN 'cancelled' THEN
         RAISE EXCEPTION 'relocation % was cancelled during the import', relocation
             USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
+    WHEN 'paused' THEN
+        RAISE NOTICE 'relocation % is paused; CALL the import again to resume it', relocation;
+    ELSE
+        NULL;
+    END CASE;
 END
 $$;
 
@@ -724,6 +728,49 @@ BEGIN
 END
 $$;
 
+-- The state of relocation p_relocation, locked (a chunk under way holds the
+-- row: this waits for it); an ERROR when it was never imported here.
+CREATE OR REPLACE FUNCTION outbox._relocation_locked(p_relocation uuid)
+RETURNS outbox.relocation_state
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st outbox.relocation_state;
+BEGIN
+    PERFORM outbox._require(p_relocation, 'relocation');
+    SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = p_relocation FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relocation % was never imported here', p_relocation
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    RETURN st;
+END
+$$;
+
+-- The extension owner's: stops an import under way at the end of its
+-- current chunk (the CALL then returns); a CALL resumes it.  An import
+-- whose session died is importing too, and may be paused.
+CREATE OR REPLACE FUNCTION outbox.pause_relocation(relocation uuid) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    p_relocation uuid := relocation;
+    st outbox.relocation_state;
+BEGIN
+    -- Waits for the chunk under way, which holds the row.
+    st := outbox._relocation_locked(p_relocation);
+    IF st.state <> 'importing' THEN
+        RAISE EXCEPTION 'relocation % is %: only an import under way can be paused',
+            p_relocation, st.state USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    UPDATE outbox.relocation_state s SET state = 'paused', updated_at = clock_timestamp()
+     WHERE s.relocation = p_relocation;
+END
+$$;
+
 -- Re-exports the imported roots here and compares with the staged export
 -- modulo the map: every row there (missing), no other (extra), counts per
 -- table, every field the export has (field: an application trigger changed
@@ -745,12 +792,8 @@ DECLARE
     root_model text;
     found_count bigint;
 BEGIN
-    PERFORM outbox._require(p_relocation, 'relocation');
-    SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = p_relocation FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'relocation % was never imported here', p_relocation
-            USING ERRCODE = 'invalid_parameter_value';
-    ELSIF st.state IN ('importing', 'failed') THEN
+    st := outbox._relocation_locked(p_relocation);
+    IF st.state IN ('importing', 'paused', 'failed') THEN
         RAISE EXCEPTION 'relocation % is %, not imported', p_relocation, st.state
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'CALL the import again to finish it.';
@@ -833,12 +876,8 @@ DECLARE
     deferred text[];
     deleted bigint := 0;
 BEGIN
-    PERFORM outbox._require(p_relocation, 'relocation');
-    SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = p_relocation FOR UPDATE;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'relocation % was never imported here', p_relocation
-            USING ERRCODE = 'invalid_parameter_value';
-    ELSIF st.state = 'cancelled' THEN
+    st := outbox._relocation_locked(p_relocation);
+    IF st.state = 'cancelled' THEN
         RAISE EXCEPTION 'relocation % is already cancelled', p_relocation
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;

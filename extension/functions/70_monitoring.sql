@@ -483,8 +483,8 @@ BEGIN
             UNION ALL
             SELECT 'pg_outbox_relocations', 'state=' || outbox._prometheus_label(k.state),
                    (SELECT count(*) FROM outbox.relocations r WHERE r.state = k.state)::text, k.pos
-              FROM unnest(ARRAY['importing', 'failed', 'imported', 'mismatched', 'complete',
-                                'cancelled']) WITH ORDINALITY AS k(state, pos)
+              FROM unnest(ARRAY['importing', 'paused', 'failed', 'imported', 'mismatched',
+                                'complete', 'cancelled']) WITH ORDINALITY AS k(state, pos)
             UNION ALL
             SELECT v.family,
                    format('relocation=%s,state=%s', outbox._prometheus_label(r.relocation::text),

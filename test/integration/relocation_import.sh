@@ -149,4 +149,25 @@ check "two concurrent CALLs import it once" test "$(q -c "
            || (SELECT count(*) FROM event) || ' '
            || (SELECT count(*) FROM outbox.relocation_pk_map WHERE relocation = '$again' AND table_key = 'event')")" \
     = "imported $rows $(grep -c $'\tevent\t' "$export_file") $(grep -c $'\tevent\t' "$export_file")"
+
+# A pause stops a CALL under way at the end of its chunk; a CALL resumes.
+paused=5e1f0c1a-0000-4000-8000-000000000003
+q -c "SELECT outbox.cancel_relocation('$again')" >/dev/null
+sed "s/^$relocation/$paused/" "$export_file" | q -c "\\copy outbox.relocation_rows FROM pstdin" >/dev/null
+q -c "CALL outbox.import_organizations('$paused')" >"$export_file.call" 2>&1 &
+caller=$!
+for _ in $(seq 100); do
+    [[ $(q -c "SELECT count(*) > 3 FROM outbox.import_chunks WHERE relocation = '$paused'") == t ]] && break
+    sleep 0.05
+done
+q -c "SELECT outbox.pause_relocation('$paused')" >/dev/null
+wait $caller
+check "a pause ends the CALL under way, part of the way" test "$(q -c "
+    SELECT state || ' ' || (rows_done < rows_total)::text FROM outbox.relocations WHERE relocation = '$paused'")" = "paused true"
+check "saying so" grep -q "is paused; CALL the import again" "$export_file.call"
+q -c "CALL outbox.import_organizations('$paused')" >/dev/null
+check "a CALL resumes it to the end" test "$(q -c "
+    SELECT state || ' ' || rows_done FROM outbox.relocations WHERE relocation = '$paused'")" = "imported $rows"
+check "and the compare finds nothing" test "$(q -c "SELECT count(*) FROM outbox.compare_relocation('$paused')")" = 0
+rm -f "$export_file.call"
 checks_done relocation_import

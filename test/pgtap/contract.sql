@@ -169,6 +169,7 @@ SELECT ok(has_function_privilege('public', 'outbox.set_relocation_collision_hook
           AND NOT has_function_privilege('public', 'outbox.import_users(uuid)', 'EXECUTE')
           AND NOT has_function_privilege('public', 'outbox.compare_relocation(uuid)', 'EXECUTE')
           AND NOT has_function_privilege('public', 'outbox.cancel_relocation(uuid)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.pause_relocation(uuid)', 'EXECUTE')
           AND NOT has_function_privilege('public', 'outbox._run_as_table_owner(regclass, text, jsonb[])', 'EXECUTE')
           AND has_table_privilege('pg_monitor', 'outbox.relocations', 'SELECT')
           AND NOT has_table_privilege('pg_monitor', 'outbox.relocation_rows', 'SELECT')
