@@ -25,11 +25,9 @@ DECLARE
 BEGIN
     SELECT array_agg(c.oid::regclass) INTO found
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-      LEFT JOIN outbox.registered_tables r ON r.relid = c.oid
      WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
        AND c.oid >= 16384 AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'outbox')
-       AND coalesce(r.table_key, CASE WHEN n.nspname = 'public' THEN c.relname::text
-                                      ELSE n.nspname || '.' || c.relname END) = model;
+       AND outbox._relocation_table_key(c.oid::regclass) = model;
     IF cardinality(found) > 1 THEN
         RAISE EXCEPTION 'table key % names % tables here: %', quote_literal(model),
             cardinality(found), found USING ERRCODE = 'ambiguous_alias';
@@ -387,7 +385,7 @@ BEGIN
 END
 $$;
 
--- Inserts the rows of one table between ordinals first and last, in the
+-- Inserts the rows of one table between ordinals lo and hi, in the
 -- transaction of the chunk: new keys, their map, the rows, and for each row
 -- a unique key refused, the table's collision hook or an error naming it.
 CREATE OR REPLACE FUNCTION outbox._import_insert(st outbox.relocation_state, entry jsonb,
@@ -405,7 +403,6 @@ DECLARE
     strict_sql text;
     collided record;
     replacement jsonb;
-    message text;
     detail text;
     constraint_name text;
     columns text;
@@ -464,8 +461,7 @@ BEGIN
                 format('WITH w AS (%s RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
                        strict_sql, entry->>'pk', entry->>'pk'), ARRAY[replacement]);
         EXCEPTION WHEN unique_violation OR exclusion_violation THEN
-            GET STACKED DIAGNOSTICS message = MESSAGE_TEXT, detail = PG_EXCEPTION_DETAIL,
-                                    constraint_name = CONSTRAINT_NAME;
+            GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, constraint_name = CONSTRAINT_NAME;
             RAISE EXCEPTION 'relocation %: row % of % collides with a row here on %',
                 st.relocation, olds[collided.n], entry->>'model', constraint_name
                 USING ERRCODE = 'unique_violation', CONSTRAINT = constraint_name,
@@ -480,7 +476,16 @@ BEGIN
 END
 $$;
 
--- Sets the cycle-breaking columns of the rows between first and last.
+-- The columns of a plan entry set in the later step (a cycle's).
+CREATE OR REPLACE FUNCTION outbox._relocation_deferred(entry jsonb) RETURNS text[]
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(array_agg(r.value->>'column'), '{}')
+      FROM jsonb_array_elements(entry->'refs') r WHERE (r.value->>'deferred')::boolean
+$$;
+
+-- Sets the cycle-breaking columns of the rows between lo and hi.
 CREATE OR REPLACE FUNCTION outbox._import_deferred(st outbox.relocation_state, entry jsonb,
     lo bigint, hi bigint) RETURNS bigint
 LANGUAGE plpgsql
@@ -491,8 +496,7 @@ DECLARE
     deferred text[];
     updates jsonb[];
 BEGIN
-    deferred := ARRAY(SELECT r.value->>'column' FROM jsonb_array_elements(entry->'refs') r
-                       WHERE (r.value->>'deferred')::boolean);
+    deferred := outbox._relocation_deferred(entry);
     EXECUTE format('SELECT array_agg(pg_catalog.jsonb_build_object(%L, x.new) || ('
                    '   SELECT pg_catalog.jsonb_object_agg(e.key, e.value)'
                    '     FROM pg_catalog.jsonb_each(x.row) e WHERE e.key = ANY (%L::text[]))'
@@ -599,9 +603,8 @@ BEGIN
         FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) WITH ORDINALITY e(value, n)
                       ORDER BY e.n LOOP
             CONTINUE WHEN (entry->>'count')::bigint = 0 OR (entry->>'last')::bigint <= done;
-            CONTINUE WHEN v_step = 'deferred' AND NOT EXISTS (
-                SELECT FROM jsonb_array_elements(entry->'refs') r
-                 WHERE (r.value->>'deferred')::boolean);
+            CONTINUE WHEN v_step = 'deferred'
+                          AND cardinality(outbox._relocation_deferred(entry)) = 0;
             lo := greatest((entry->>'first')::bigint, done + 1);
             hi := least((entry->>'last')::bigint, lo + chunk_rows - 1);
             IF v_step = 'insert' THEN
@@ -883,8 +886,7 @@ BEGIN
     END IF;
     FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) WITH ORDINALITY e(value, n)
                   ORDER BY e.n DESC LOOP
-        deferred := ARRAY(SELECT r.value->>'column' FROM jsonb_array_elements(entry->'refs') r
-                           WHERE (r.value->>'deferred')::boolean);
+        deferred := outbox._relocation_deferred(entry);
         CONTINUE WHEN cardinality(deferred) = 0;
         keys := ARRAY(SELECT to_jsonb(m.new) FROM outbox.relocation_pk_map m
                        WHERE m.relocation = p_relocation AND m.table_key = entry->>'model');

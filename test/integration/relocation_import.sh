@@ -127,8 +127,12 @@ q -c "UPDATE widget SET title = 'edited' WHERE id = (SELECT max(id) FROM widget)
 check "a changed field is a finding, with its table and column" test \
     "$(q -c "SELECT table_key || '.' || column_name FROM outbox.compare_relocation('$relocation')")" = widget.title
 
+captured=$(q -c "SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = $new_org")
+projects=$(q -c "SELECT count(*) FROM project WHERE organization_id = $new_org")
 deleted=$(q -c "SELECT outbox.cancel_relocation('$relocation')")
 check "cancel removes every imported row ($deleted)" test "$deleted" = "$rows"
+check "capture records the cancel's deletions of projects" test \
+    "$(q -c "SELECT count(*) - $captured >= $projects FROM outbox.cell_outbox WHERE shard_identifier = $new_org")" = t
 check "and leaves the target as it was" test "$(q -c "
     SELECT (SELECT count(*) FROM organization) || ' ' || (SELECT count(*) FROM project) || ' '
            || (SELECT count(*) FROM event) || ' ' || (SELECT count(*) FROM dashboard)")" = "1 500 0 0"
