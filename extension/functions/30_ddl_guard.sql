@@ -144,6 +144,23 @@ BEGIN
                       HINT = 'Unregister it with outbox.unregister_table() first.';
         END IF;
     END LOOP;
+    -- The triggers of a move (69_relocation_move.sql) stay enabled ALWAYS
+    -- while a move this cell takes part in runs: its fence and change log.
+    IF outbox._moving_here() THEN
+        SELECT g.tgname, g.tgrelid::regclass AS rel INTO command
+          FROM pg_event_trigger_ddl_commands() d
+          JOIN pg_trigger g ON (d.classid = 'pg_class'::regclass AND g.tgrelid = d.objid)
+                            OR (d.classid = 'pg_trigger'::regclass AND g.oid = d.objid)
+         WHERE d.command_tag IN ('ALTER TABLE', 'ALTER TRIGGER')
+           AND g.tgfoid = 'outbox._move_trigger()'::regprocedure AND g.tgenabled <> 'A'
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'the move trigger % on % must stay enabled ALWAYS while an organization moves',
+                command.tgname, command.rel
+                USING ERRCODE = 'object_in_use',
+                      HINT = 'Wait for the move to end (outbox.organization_moves).';
+        END IF;
+    END IF;
     IF NOT EXISTS (SELECT FROM outbox.registered_tables) THEN
         RETURN;
     END IF;
@@ -268,6 +285,20 @@ BEGIN
         RAISE EXCEPTION 'trigger % is pg_outbox''s capture trigger', hit.object_identity
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'Unregister the table with outbox.unregister_table() instead.';
+    END IF;
+
+    -- Nor a move's trigger, or a table that has one, while it moves.
+    SELECT d.object_identity INTO hit
+      FROM pg_event_trigger_dropped_objects() d
+     WHERE d.object_type = 'trigger' AND d.address_names[3] LIKE 'pg\_outbox\_move\_%'
+       AND outbox._moving_here()
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'cannot drop trigger %: an organization moves from or to this cell',
+            hit.object_identity
+            USING ERRCODE = 'object_in_use',
+                  DETAIL = 'The move''s change log and fence are those triggers.',
+                  HINT = 'Wait for the move to end (outbox.organization_moves).';
     END IF;
 
     -- A dropped table or column takes its cross-silo references with it.

@@ -409,12 +409,16 @@ DECLARE
 BEGIN
     SELECT array_agg(s.pk ORDER BY s.ordinal) INTO olds FROM outbox.relocation_rows s
      WHERE s.relocation = st.relocation AND s.ordinal BETWEEN lo AND hi;
-    -- One nextval per row as the table's owner, given out in ordinal order.
-    SELECT array_agg(k::text::bigint ORDER BY k::text::bigint) INTO news
-      FROM unnest(outbox._run_as_table_owner(rel,
-               format('SELECT pg_catalog.to_jsonb(pg_catalog.nextval(%L::pg_catalog.regclass))'
-                      ' FROM pg_catalog.unnest($1)', entry->>'sequence'),
-               array_fill('null'::jsonb, ARRAY[cardinality(olds)]))) k;
+    IF st.keys = 'kept' THEN
+        news := olds; -- a move: the cells keep their id ranges apart
+    ELSE
+        -- One nextval per row as the table's owner, given out in ordinal order.
+        SELECT array_agg(k::text::bigint ORDER BY k::text::bigint) INTO news
+          FROM unnest(outbox._run_as_table_owner(rel,
+                   format('SELECT pg_catalog.to_jsonb(pg_catalog.nextval(%L::pg_catalog.regclass))'
+                          ' FROM pg_catalog.unnest($1)', entry->>'sequence'),
+                   array_fill('null'::jsonb, ARRAY[cardinality(olds)]))) k;
+    END IF;
     INSERT INTO outbox.relocation_pk_map (relocation, table_key, old, new)
     SELECT st.relocation, entry->>'model', u.old, u.new FROM unnest(olds, news) u(old, new);
 
@@ -428,7 +432,7 @@ BEGIN
     strict_sql := format('INSERT INTO %s AS t (%s) OVERRIDING SYSTEM VALUE SELECT %s'
                          ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%s, j) r',
                          entry->>'qualified', columns, insert_sql, entry->>'qualified');
-    written := outbox._run_as_table_owner(rel,
+    written := outbox._relocation_write(st, rel,
         format('WITH w AS (%s ON CONFLICT DO NOTHING RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
                strict_sql, entry->>'pk', entry->>'pk'),
         rows_to_write);
@@ -457,7 +461,7 @@ BEGIN
                AND m.old = olds[collided.n];
         END IF;
         BEGIN
-            PERFORM outbox._run_as_table_owner(rel,
+            PERFORM outbox._relocation_write(st, rel,
                 format('WITH w AS (%s RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
                        strict_sql, entry->>'pk', entry->>'pk'), ARRAY[replacement]);
         EXCEPTION WHEN unique_violation OR exclusion_violation THEN
@@ -474,6 +478,19 @@ BEGIN
     END LOOP;
     RETURN cardinality(rows_to_write);
 END
+$$;
+
+-- A write of the import into rel (outbox._run_as_table_owner).  With the
+-- source's keys (a move, 69_relocation_move.sql) it writes no outbox rows:
+-- the source's own messages told control of these rows, and the target's
+-- would race with them (control could take an older one last).
+CREATE OR REPLACE FUNCTION outbox._relocation_write(st outbox.relocation_state, rel regclass,
+    statement text, rows jsonb[]) RETURNS jsonb[]
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT CASE WHEN st.keys = 'kept' THEN outbox._run_as_table_owner_uncaptured(rel, statement, rows)
+                ELSE outbox._run_as_table_owner(rel, statement, rows) END
 $$;
 
 -- The columns of a plan entry set in the later step (a cycle's).
@@ -510,7 +527,7 @@ BEGIN
     IF updates IS NULL THEN
         RETURN 0;
     END IF;
-    RETURN cardinality(outbox._run_as_table_owner(rel,
+    RETURN cardinality(outbox._relocation_write(st, rel,
         format('WITH w AS (UPDATE %s AS t SET (%s) = ROW(%s)'
                ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%s, j) r'
                ' WHERE t.%I OPERATOR(pg_catalog.=) r.%I RETURNING t.%I)'
@@ -762,7 +779,14 @@ AS $$
 DECLARE
     p_relocation uuid := relocation;
     st outbox.relocation_state;
+    mv outbox.organization_moves;
 BEGIN
+    PERFORM outbox._require(p_relocation, 'relocation');
+    mv := outbox._move_locked(p_relocation);
+    IF mv.relocation IS NOT NULL THEN
+        PERFORM outbox._pause_move(mv);
+        RETURN;
+    END IF;
     -- Waits for the chunk under way, which holds the row.
     st := outbox._relocation_locked(p_relocation);
     IF st.state <> 'importing' THEN
@@ -878,7 +902,13 @@ DECLARE
     keys jsonb[];
     deferred text[];
     deleted bigint := 0;
+    mv outbox.organization_moves;
 BEGIN
+    PERFORM outbox._require(p_relocation, 'relocation');
+    mv := outbox._move_locked(p_relocation);
+    IF mv.relocation IS NOT NULL THEN
+        RETURN outbox._cancel_move(mv);
+    END IF;
     st := outbox._relocation_locked(p_relocation);
     IF st.state = 'cancelled' THEN
         RAISE EXCEPTION 'relocation % is already cancelled', p_relocation
@@ -970,5 +1000,22 @@ SELECT s.relocation, s.scope, s.roots AS organizations, s.source, s.target, s.st
                                 * ((s.rows_total - s.rows_done)::float8 / s.rows_done) END AS eta,
        s.error,
        (SELECT count(*) FROM outbox.relocation_findings f
-         WHERE f.relocation = s.relocation) AS findings
-  FROM outbox.relocation_state s;
+         WHERE f.relocation = s.relocation) AS findings,
+       NULL::interval AS write_pause, NULL::bigint AS lag
+  FROM outbox.relocation_state s
+ UNION ALL
+-- And each move control drives (69_relocation_move.sql): rows_done of
+-- rows_total are the rows copied (or, once the step is delete, deleted from
+-- the source); write_pause is how long no cell took the organization's
+-- writes (so far, from the fence until the switch);
+-- lag the source's changes the catch-up has still to apply.
+SELECT m.relocation, 'Organization', ARRAY[m.organization], m.from_cell, m.to_cell, m.state,
+       m.step, m.rows_done, m.rows_total, m.started_at, m.updated_at, m.finished_at,
+       CASE WHEN m.state = 'moving' AND m.step = 'copy' AND m.rows_done > 0
+            THEN m.updated_at + (m.updated_at - m.started_at)
+                                * ((m.rows_total - m.rows_done)::float8 / m.rows_done) END,
+       m.error, 0::bigint,
+       coalesce(m.lifted_at, CASE WHEN m.state = 'moving' THEN clock_timestamp() END) - m.fenced_at,
+       m.changes
+  FROM outbox.organization_moves m
+ WHERE m.side = 'control';

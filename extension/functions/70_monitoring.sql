@@ -348,7 +348,12 @@ BEGIN
                  'Failed rounds in a row of a link (0: it works); link_status.last_error says why.'],
                 ['pg_outbox_model_findings', 'gauge',
                  'Findings of outbox.check_models() (relocation scopes), by kind.'],
-                ['pg_outbox_relocations', 'gauge', 'Relocations imported here, by state.'],
+                ['pg_outbox_relocations', 'gauge',
+                 'Relocations imported here and moves driven from here, by state.'],
+                ['pg_outbox_move_write_pause_seconds', 'gauge',
+                 'How long a move of an organization has kept its writes paused (so far, or in all).'],
+                ['pg_outbox_move_lag', 'gauge',
+                 'Changes in the source of an unfinished move that its catch-up has still to apply.'],
                 ['pg_outbox_relocation_rows_done', 'gauge',
                  'Rows an unfinished relocation has imported (not complete, not cancelled).'],
                 ['pg_outbox_relocation_rows_total', 'gauge',
@@ -483,8 +488,9 @@ BEGIN
             UNION ALL
             SELECT 'pg_outbox_relocations', 'state=' || outbox._prometheus_label(k.state),
                    (SELECT count(*) FROM outbox.relocations r WHERE r.state = k.state)::text, k.pos
-              FROM unnest(ARRAY['importing', 'paused', 'failed', 'imported', 'mismatched',
-                                'complete', 'cancelled']) WITH ORDINALITY AS k(state, pos)
+              FROM unnest(ARRAY['importing', 'moving', 'paused', 'failed', 'imported',
+                                'mismatched', 'complete', 'cancelled'])
+                   WITH ORDINALITY AS k(state, pos)
             UNION ALL
             SELECT v.family,
                    format('relocation=%s,state=%s', outbox._prometheus_label(r.relocation::text),
@@ -495,6 +501,17 @@ BEGIN
                                         ('pg_outbox_relocation_rows_total', r.rows_total::text))
                    AS v(family, value)
              WHERE r.state NOT IN ('complete', 'cancelled')
+            UNION ALL
+            SELECT v.family, 'relocation=' || outbox._prometheus_label(r.relocation::text),
+                   v.value, 0::bigint
+              FROM outbox.relocations r
+             CROSS JOIN LATERAL (VALUES
+                       ('pg_outbox_move_write_pause_seconds',
+                        extract(epoch FROM r.write_pause)::numeric(20, 3)::text),
+                       ('pg_outbox_move_lag', r.lag::text)) AS v(family, value)
+             WHERE v.value IS NOT NULL
+               AND (r.state NOT IN ('complete', 'cancelled')
+                    OR v.family = 'pg_outbox_move_write_pause_seconds')
             UNION ALL
             SELECT 'pg_outbox_organizations', 'cell=' || outbox._prometheus_label(o.cell),
                    count(*)::text, 0::bigint

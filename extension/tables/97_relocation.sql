@@ -59,6 +59,9 @@ CREATE TABLE outbox.relocation_state (
     rows_done         bigint      NOT NULL DEFAULT 0,
     rows_total        bigint      NOT NULL,
     plan              jsonb,
+    -- new: keys from the target's sequences (an import, a fork); kept: the
+    -- source's (a move: the cells keep their id ranges apart).
+    keys              text        NOT NULL DEFAULT 'new' CHECK (keys IN ('new', 'kept')),
     error             text,
     started_at        timestamptz NOT NULL DEFAULT clock_timestamp(),
     updated_at        timestamptz NOT NULL DEFAULT clock_timestamp(),

@@ -21,6 +21,9 @@
 -- Where each organization lives.
 -- @include tables/98_organization_cells.sql
 
+-- Moves of organizations between cells.
+-- @include tables/99_organization_moves.sql
+
 -- register_table gains relocation_scope: a new signature.
 DROP FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text);
 DROP FUNCTION outbox._register_table(regclass, text, text, name, name[], name, int, text);

@@ -38,7 +38,9 @@ bool wait_socket(PGconn *conn, int events, TimestampTz deadline) {
     }
 }
 
-PGconn *connect_to(const LinkTarget *target, char *error, size_t error_size) {
+} // namespace
+
+PGconn *link_connect(const LinkTarget *target, char *error, size_t error_size) {
     TimestampTz deadline = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), link_timeout_ms);
     PGconn *conn = PQconnectStartParams(target->keywords, target->values, 0);
     if (conn == nullptr) {
@@ -64,8 +66,6 @@ PGconn *connect_to(const LinkTarget *target, char *error, size_t error_size) {
     }
     return conn;
 }
-
-} // namespace
 
 Connection *connection_of(const char *destination) {
     for (int i = 0; i < nconnections; i++)
@@ -124,7 +124,7 @@ Connection *round_connection(const LinkTarget *target, char *error, size_t error
         drop_connection(c);
     if (c->conn != nullptr)
         return c;
-    c->conn = connect_to(target, error, error_size);
+    c->conn = link_connect(target, error, error_size);
     if (c->conn == nullptr)
         return nullptr;
     if (PQsetnonblocking(c->conn, 1) != 0 || !PQenterPipelineMode(c->conn)) {

@@ -46,6 +46,10 @@ void owe_acknowledgement(Connection *c, int64 batch);
 // mode; NULL with the reason in error.
 Connection *round_connection(const LinkTarget *target, char *error, size_t error_size);
 
+// A new connection to the target's server (connecting bounded by
+// outbox.link_timeout, waking on the latch); NULL with the reason in error.
+PGconn *link_connect(const LinkTarget *target, char *error, size_t error_size);
+
 // The result of the pipeline's next query or sync point, once it has come
 // (NULL: the call timed out or the connection broke; error says why).
 PGresult *next_result(PGconn *conn, char *error, size_t error_size);

@@ -11,8 +11,15 @@
 // from PUBLIC): it gives the caller no more than SET ROLE to the table's
 // owner would.
 //
+// While its statement runs, outbox._relocation_writing() is true: the fence
+// of a move (69_relocation_move.sql) lets the relocation's own writes
+// through, and nobody else's.  With uncaptured (the step of a move that
+// removes the organization from the cell it left), the statement's
+// changes write no outbox row (capture/uncaptured.hpp).
+//
 // Written without C++ objects that own resources: errors unwind through it
 // freely.
+#include "capture/uncaptured.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
@@ -23,7 +30,11 @@ extern "C" {
 
 using namespace pgoutbox;
 
-OUTBOX_FUNCTION(outbox__run_as_table_owner) {
+namespace {
+
+bool relocation_writing = false;
+
+Datum run_as_table_owner(FunctionCallInfo fcinfo, bool uncaptured) {
     for (int i = 0; i < 3; i++)
         if (PG_ARGISNULL(i))
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
@@ -47,26 +58,54 @@ OUTBOX_FUNCTION(outbox__run_as_table_owner) {
     int count = 0;
     Oid types[1] = {JSONBARRAYOID};
     Datum values[1] = {rows};
-    pg::spi_run_as(pg::table_owner_role_for_caller(rel), "running a relocation statement",
-                   statement, 1, types, values, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 n) {
-                       TupleDesc desc = SPI_tuptable->tupdesc;
-                       if (desc->natts < 1 || SPI_gettypeid(desc, 1) != JSONBOID)
-                           ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-                                           errmsg("statement must return one jsonb column")));
-                       MemoryContext spi = MemoryContextSwitchTo(caller);
-                       results = (Datum *)palloc(sizeof(Datum) * (n + 1));
-                       result_nulls = (bool *)palloc(sizeof(bool) * (n + 1));
-                       for (uint64 r = 0; r < n; r++) {
-                           Datum value =
-                               SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &result_nulls[r]);
-                           results[r] = result_nulls[r] ? (Datum)0 : datumCopy(value, false, -1);
-                       }
-                       count = int(n);
-                       MemoryContextSwitchTo(spi);
-                   });
+    // Restored however the statement ends: it runs inside the callers'
+    // subtransactions, whose errors may be caught.
+    bool was_writing = relocation_writing, was_uncaptured = capture_suppressed;
+    relocation_writing = true;
+    capture_suppressed = uncaptured;
+    PG_TRY();
+    {
+        pg::spi_run_as(
+            pg::table_owner_role_for_caller(rel), "running a relocation statement", statement, 1,
+            types, values, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 n) {
+                TupleDesc desc = SPI_tuptable->tupdesc;
+                if (desc->natts < 1 || SPI_gettypeid(desc, 1) != JSONBOID)
+                    ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                                    errmsg("statement must return one jsonb column")));
+                MemoryContext spi = MemoryContextSwitchTo(caller);
+                results = (Datum *)palloc(sizeof(Datum) * (n + 1));
+                result_nulls = (bool *)palloc(sizeof(bool) * (n + 1));
+                for (uint64 r = 0; r < n; r++) {
+                    Datum value = SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &result_nulls[r]);
+                    results[r] = result_nulls[r] ? (Datum)0 : datumCopy(value, false, -1);
+                }
+                count = int(n);
+                MemoryContextSwitchTo(spi);
+            });
+    }
+    PG_FINALLY();
+    {
+        relocation_writing = was_writing;
+        capture_suppressed = was_uncaptured;
+    }
+    PG_END_TRY();
     table_close(rel, NoLock);
     int dims[1] = {count};
     int lbs[1] = {1};
     PG_RETURN_ARRAYTYPE_P(
         construct_md_array(results, result_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT));
+}
+
+} // namespace
+
+OUTBOX_FUNCTION(outbox__run_as_table_owner) {
+    return run_as_table_owner(fcinfo, false);
+}
+
+OUTBOX_FUNCTION(outbox__run_as_table_owner_uncaptured) {
+    return run_as_table_owner(fcinfo, true);
+}
+
+OUTBOX_FUNCTION(outbox__relocation_writing) {
+    PG_RETURN_BOOL(relocation_writing);
 }

@@ -579,6 +579,43 @@ int64 send_links(int ntargets, LinkTarget *targets) {
     return sent;
 }
 
+// The moves of organizations between cells that control drives
+// (extension/functions/69_relocation_move.sql): outbox._move_step() does
+// the next step of one, in a transaction of its own, which may call the
+// cells; steps follow one another for at most move_slice_ms a cycle, so
+// that the drain and the links come round meanwhile.  Returns whether a
+// move has more to do at once.
+constexpr long move_slice_ms = 2000;
+
+bool move_organizations() {
+    TimestampTz slice_end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), move_slice_ms);
+    bool more = true;
+    while (more && GetCurrentTimestamp() < slice_end) {
+        CHECK_FOR_INTERRUPTS();
+        more = false;
+        in_transaction(
+            "pg_outbox: moving organizations",
+            [&] {
+                // An older version of the extension has no moves.
+                static SPIPlanPtr plan = nullptr;
+                pg::spi_run_kept(
+                    &plan, "moving organizations",
+                    "SELECT pg_catalog.to_regprocedure('outbox._move_step()') IS NOT NULL", 0,
+                    nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+                bool isnull;
+                if (!DatumGetBool(
+                        SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+                    return;
+                pg::spi_run("moving organizations", "SELECT outbox._move_step()", 0, nullptr,
+                            nullptr, nullptr, false, 0, SPI_OK_SELECT);
+                more = DatumGetBool(
+                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+            },
+            nullptr);
+    }
+    return more;
+}
+
 // Returns whether it delivered anything or its cascade was cut short (then
 // the next cycle starts at once: under load the worker does not nap between
 // full cycles).
@@ -608,6 +645,7 @@ bool cycle() {
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
     scheduled += drain_pass(cell, control, &delivered);
     delivered += send_links(ntargets, targets);
+    bool moving = silo_mode == SILO_MODE_CONTROL && move_organizations();
     retry_checks(start);
     // What other clusters handed over, kept for outbox.inbox_retention;
     // looked at once a minute (received rows: only when linked).
@@ -654,7 +692,7 @@ bool cycle() {
     worker_shared->backfill_paused = backfill_paused;
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
-    return delivered > 0 || cascade_cut_short;
+    return delivered > 0 || cascade_cut_short || moving;
 }
 
 // The worker is gone: outbox.worker_status shows it stopped.

@@ -133,13 +133,16 @@ SELECT outbox.set_cell_server('us', 'cell_us', 'outbox_link_us');
 SELECT outbox.set_cell_server('eu', 'cell_eu', 'outbox_link_eu');
 SQL
     for name in us eu; do
-        on "$name" >/dev/null <<SQL || return 1
+        # CELLS_OWN_TABLES: the caller creates the cells' tables itself.
+        [[ -n ${CELLS_OWN_TABLES:-} ]] || on "$name" >/dev/null <<SQL || return 1
 CREATE TABLE organization (id bigint PRIMARY KEY, name text NOT NULL);
 SELECT outbox.register_table('organization', 'ORGANIZATION_UPDATE', 'cell', shard_column => 'id',
                              payload_columns => '{name}');
 CREATE TABLE member (id bigint PRIMARY KEY, user_id bigint NOT NULL, organization_id bigint NOT NULL);
 CREATE INDEX ON member (user_id);
 SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
+SQL
+        on "$name" >/dev/null <<SQL || return 1
 SELECT outbox.register_handler('USER_UPDATE', 'apply(outbox.message)');
 CREATE SERVER control_db FOREIGN DATA WRAPPER postgres_fdw
     OPTIONS (host '127.0.0.1', port '${CELL_PORT[control]}', dbname 'postgres');

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# Moving an organization between cells (SPEC section 12; docs/relocation.md)
+# on three clusters, control, us and eu (test/harness/cells.sh): an
+# organization of about 20,000 rows in ten tables moved from us to eu by
+# outbox.relocate_organization while a client writes to it at 100 writes a
+# second (test/harness/move_writer.py, routing by outbox.organization_cell):
+#   - writes during the pause are refused with OBM01 and succeed when tried
+#     again where organization_cells says; every acknowledged write is in
+#     eu at the end, once; every deletion acknowledged is there too;
+#   - eu held the rows in place of us: the same rows, the same keys; us has
+#     none of them left, refuses the organization's writes for good, and
+#     sent no tombstone for them (control's references to the organization
+#     still resolve: nothing cascaded);
+#   - a second organization in us is untouched, its writes never refused;
+#   - the target refuses the organization's writes until the cutover;
+#   - the move's state, its write pause and its lag in outbox.relocations
+#     and metrics(); the checks relocate_organization and relocation_peer
+#     make (roles, cells, modes).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+MOVE_ROOT=$root
+source "$root/test/harness/move_cells.sh"
+source "$root/test/harness/check.sh"
+trap move_cells_stop EXIT
+move_cells_setup || exit 1
+fingerprint_before=$(on us -c "$fingerprint_of_1")
+rows_before=$(on us -c "$rows_of_1")
+echo "organization 1: $rows_before rows in us"
+
+echo "The checks of relocate_organization and relocation_peer"
+check "a cell moves nothing (55000)" \
+    test "$(state_of us "SELECT outbox.relocate_organization(1, 'eu')")" = 55000
+check "an organization control does not place (55000)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(9, 'eu')")" = 55000
+check "to the cell it lives in (22023)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'us')")" = 22023
+check "to a cell not registered (42704)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'mars')")" = 42704
+check "fork is not there yet (0A000)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu', 'fork')")" = 0A000
+check "an unknown mode (22023)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu', 'copy')")" = 22023
+check "NULL root_id (22004)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(NULL, 'eu')")" = 22004
+on control -c "CREATE ROLE move_intruder LOGIN" >/dev/null
+check "another role cannot call it (42501)" \
+    test "$(ON_USER=move_intruder state_of control "SELECT outbox.relocate_organization(1, 'eu')")" = 42501
+check "a cell's relocation_peer is for control's link role only (42501)" \
+    test "$(ON_USER=move_app state_of us "SELECT outbox.relocation_peer(1, 'chunk', '{}')")" = 42501
+check "not even its superuser's (42501)" \
+    test "$(state_of us "SELECT outbox.relocation_peer(1, 'chunk', '{}')")" = 42501
+
+echo "A move under 100 writes a second"
+# Chunks of 250 rows: the copy takes long enough to see the target's fence.
+on control -c "ALTER SYSTEM SET outbox.relocation_chunk_rows = 250" -c "SELECT pg_reload_conf()" >/dev/null
+CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
+CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
+CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
+EOF
+# Organization 1 writes to its project 1, organization 2 to project 721.
+start_writer 1:1,2:721 100
+sleep 2
+relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+check "relocate_organization returns the move's relocation id" \
+    test -n "$relocation"
+check "a second move of the same organization is refused while it runs (55006)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu')")" = 55006
+check "the target fences the organization from the start (its root refused, OBM01)" \
+    wait_on eu 30 "SELECT count(*) FROM outbox.organization_moves WHERE side = 'target' AND fenced" 1
+check "  ... an INSERT of the organization's root in eu refused" \
+    test "$(ON_USER=move_app state_of eu "INSERT INTO organization VALUES (1, 'intruder', 1)")" = OBM01
+check "  ... and under session_replication_role = replica" \
+    test "$(state_of eu "SET LOCAL session_replication_role = replica; INSERT INTO organization VALUES (1, 'intruder', 1)")" = OBM01
+check "  ... its triggers cannot be disabled while it moves (55006)" \
+    test "$(state_of eu "ALTER TABLE organization DISABLE TRIGGER pg_outbox_move_insert")" = 55006
+check "  ... nor dropped (55006)" \
+    test "$(state_of eu "DROP TRIGGER pg_outbox_move_delete ON team")" = 55006
+check "the move completes" \
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
+sleep 2
+touch "$work/stop"
+wait "$writer"
+writer_rc=$?
+writer=
+check "the client ran to the end" test "$writer_rc" = 0
+[[ $writer_rc == 0 ]] || cat "$work/writer.err"
+on control -c "SELECT step, rows_done, rows_total, write_pause, error FROM outbox.relocations WHERE relocation = '$relocation'"
+
+check "organization_cells names eu" \
+    test "$(on control -c "SELECT outbox.organization_cell(1)")" = eu
+check "the write pause is under 5 s" \
+    test "$(on control -c "SELECT write_pause < interval '5 s' FROM outbox.relocations WHERE relocation = '$relocation'")" = t
+echo "  write pause: $(on control -c "SELECT write_pause FROM outbox.relocations WHERE relocation = '$relocation'"); refused writes of organization 1: $(awk -F'\t' '$1 == 1 && $2 == "refused"' "$work/writes" | wc -l), longest retry $(awk -F'\t' '$1 == 1 && $2 == "refused" {if ($3 > m) m = $3} END {print m + 0}' "$work/writes") s"
+on control -c "SELECT outbox.metrics()" >"$work/metrics"
+check "metrics() shows the move's write pause" \
+    grep -q "^pg_outbox_move_write_pause_seconds{relocation=\"$relocation\"}" "$work/metrics"
+
+awk -F'\t' '$1 == 1 && $2 == "insert" {print $3 "\t" $4}' "$work/writes" | sort >"$work/acked_1"
+awk -F'\t' '$1 == 1 && $2 == "delete" {print $3}' "$work/writes" | sort >"$work/deleted_1"
+awk -F'\t' '$1 == 2 && $2 == "insert" {print $3 "\t" $4}' "$work/writes" | sort >"$work/acked_2"
+awk -F'\t' '$1 == 2 && $2 == "delete" {print $3}' "$work/writes" | sort >"$work/deleted_2"
+echo "  organization 1: $(wc -l <"$work/acked_1") writes acknowledged ($(awk -F'\t' '$1 == 1 && $2 == "insert" && $5 == "us"' "$work/writes" | wc -l) in us, $(awk -F'\t' '$1 == 1 && $2 == "insert" && $5 == "eu"' "$work/writes" | wc -l) in eu)"
+check "the client wrote to organization 1 in us and then in eu" \
+    test "$(awk -F'\t' '$1 == 1 && $2 == "insert" {print $5}' "$work/writes" | uniq | tr '\n' ' ')" = "us eu "
+last_rename=$(awk -F'\t' '$1 == 1 && $2 == "rename" {s = $4} END {print s}' "$work/writes")
+kept_1() { comm -23 <(cut -f1 "$work/acked_1") "$work/deleted_1"; }
+check "every write acknowledged to organization 1 is in eu, once, with its message" \
+    test "$(comm -23 <(join -t $'\t' -v1 <(sort -t $'\t' -k1,1 "$work/acked_1") "$work/deleted_1" | sort) \
+        <(on eu -c "SELECT id || E'\t' || message FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)" = 0
+check "  ... and nothing else of the client's: its deletions hold there" \
+    test "$(on eu -c "SELECT count(*) FROM event WHERE message LIKE 'w1-%'")" = "$(kept_1 | wc -l)"
+check "us has no row of organization 1 left" \
+    test "$(on us -c "$rows_of_1")" = 0
+check "eu holds organization 1's rows: those us had, and the client's" \
+    test "$(on eu -c "$rows_of_1")" = $((rows_before + $(wc -l <"$work/acked_1") - $(wc -l <"$work/deleted_1")))
+check "  ... the same rows, field by field, with the same keys" \
+    test "$(on eu -c "$fingerprint_of_1")" = "$fingerprint_before"
+check "  ... and the client's last rename of its project" \
+    test "$(on eu -c "SELECT slug FROM project WHERE id = 1")" = "$last_rename"
+check "us refuses organization 1's writes for good (OBM01, naming eu)" \
+    test "$(ON_USER=move_app state_of us "INSERT INTO organization VALUES (1, 'again', 1)")" = OBM01
+refusal=$(on us -c "INSERT INTO organization VALUES (1, 'again', 1)" 2>&1)
+check "  ... its message names the new cell" grep -q 'organization 1 has moved to cell eu' <<<"$refusal"
+check "control's last message of project 1 has the last rename" \
+    wait_on control 30 "SELECT payload->>'slug' FROM applied WHERE category = 5 AND object = 1 ORDER BY n DESC LIMIT 1" "$last_rename"
+# Messages coalesce, but never go back: the target's import and catch-up
+# wrote none (they would bring an older slug after a newer one), and the
+# source's were all delivered before the target took writes.
+on control -c "SELECT payload->>'slug' FROM applied WHERE category = 5 AND object = 1 ORDER BY n" >"$work/slugs"
+check "  ... and control's messages of project 1 never go back to an older name ($(wc -l <"$work/slugs") of them)" \
+    awk '{k = ($1 ~ /^renamed-/) ? substr($1, 9) + 0 : 0; if (k < last) bad = 1; last = k} END {exit bad}' "$work/slugs"
+check "no tombstone of organization 1 reached control, and its reference there stands" \
+    test "$(on control -c "SELECT (SELECT count(*) FROM outbox.control_tombstone WHERE object_identifier = 1) || ':' || (SELECT count(*) FROM org_audit WHERE organization_id = 1)")" = 0:1
+check "organization 2's writes were never refused" \
+    test "$(awk -F'\t' '$1 == 2 && $2 == "refused"' "$work/writes" | wc -l)" = 0
+check "  ... and every one is in us" \
+    test "$(comm -23 <(join -t $'\t' -v1 <(sort -t $'\t' -k1,1 "$work/acked_2") "$work/deleted_2" | sort) \
+        <(on us -c "SELECT id || E'\t' || message FROM event WHERE message LIKE 'w2-%'" | sort) | wc -l)" = 0
+check "organization 2's rows stay in us, none in eu" \
+    test "$(on us -c "SELECT count(*) FROM project WHERE organization_id = 2"):$(on eu -c "SELECT count(*) FROM project WHERE organization_id = 2")" = 80:0
+check "eu's own organization 3 untouched" \
+    test "$(on eu -c "SELECT count(*) FROM project WHERE organization_id = 3")" = 1
+check "the source's change log is gone" \
+    test "$(on us -c "SELECT count(*) FROM outbox.move_changes")" = 0
+check "writes to organization 1 in eu work after the cutover" \
+    on eu -c "INSERT INTO team (organization_id, name) VALUES (1, 'after')"
+check "TRUNCATE of an Organization-scoped table works again once the move is over" \
+    on eu -c "TRUNCATE alert_rule"
+echo "A move waits for the source's last messages: organization 2, its shard paused in us"
+# us holds organization 2's messages (pause_shard holds its link too).
+# Were the target to write outbox rows for what it imports and catches up,
+# control would take them first and us's older ones after.
+rm -f "$work/stop" "$work/writes"
+applied_before=$(on control -c "SELECT coalesce(max(n), 0) FROM applied")
+on us -c "SELECT outbox.pause_shard('cell', 0, 2)" >/dev/null
+start_writer 2:721 20
+sleep 1
+relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
+check "the move waits at drain while us holds organization 2's messages" \
+    wait_on control 60 "SELECT step FROM outbox.relocations WHERE relocation = '$relocation2'" drain
+sleep 2
+check "  ... still, its writes paused meanwhile" \
+    test "$(on control -c "SELECT step || ' ' || (write_pause > interval '1 s') FROM outbox.relocations WHERE relocation = '$relocation2'")" = "drain true"
+on us -c "SELECT outbox.resume_shard('cell', 0, 2)" >/dev/null
+check "  ... and completes once they are delivered" \
+    wait_on control 60 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete
+sleep 1
+touch "$work/stop"
+wait "$writer"
+writer=
+last_rename_2=$(awk -F'\t' '$1 == 2 && $2 == "rename" {s = $4} END {print s}' "$work/writes")
+check "control's last message of project 721 has its last rename" \
+    wait_on control 30 "SELECT payload->>'slug' FROM applied WHERE category = 5 AND object = 721 ORDER BY n DESC LIMIT 1" "$last_rename_2"
+on control -c "SELECT payload->>'slug' FROM applied WHERE category = 5 AND object = 721
+                AND n > $applied_before ORDER BY n" >"$work/slugs"
+check "  ... and they never go back to an older name ($(wc -l <"$work/slugs") of them)" \
+    awk '{k = ($1 ~ /^renamed-/) ? substr($1, 9) + 0 : 0; if (k < last) bad = 1; last = k} END {exit bad}' "$work/slugs"
+check "organization 2 lives in eu now, and us holds none of it" \
+    test "$(on control -c "SELECT outbox.organization_cell(2)"):$(on us -c "SELECT count(*) FROM project WHERE organization_id = 2")" = eu:0
+echo "Pause, resume and cancel; and back: organization 1 from eu to us"
+rm -f "$work/stop" "$work/writes"
+fingerprint_eu=$(on eu -c "$fingerprint_of_1")
+rows_eu=$(on eu -c "$rows_of_1")
+start_writer 1:1 20
+relocation3=$(on control -c "SELECT outbox.relocate_organization(1, 'us')")
+check "a move back is under way, copying" \
+    wait_on control 60 "SELECT step FROM outbox.relocations WHERE relocation = '$relocation3'" copy
+check "pause_relocation pauses it" \
+    on control -c "SELECT outbox.pause_relocation('$relocation3')"
+sleep 1
+done_at_pause=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")
+sleep 2
+check "  ... and it stays where it was" \
+    test "$(on control -c "SELECT state || ' ' || rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")" = "paused $done_at_pause"
+check "resume_relocation of an import is refused (22023)" \
+    test "$(state_of control "SELECT outbox.resume_relocation('00000000-0000-4000-8000-000000000000')")" = 22023
+check "resume_relocation resumes it" \
+    on control -c "SELECT outbox.resume_relocation('$relocation3')"
+check "  ... it copies on" \
+    wait_on control 60 "SELECT rows_done > $done_at_pause FROM outbox.relocations WHERE relocation = '$relocation3'" t
+check "cancel_relocation cancels it before its cutover" \
+    on control -c "SELECT outbox.cancel_relocation('$relocation3')"
+check "  ... cancelled" \
+    test "$(on control -c "SELECT state FROM outbox.relocations WHERE relocation = '$relocation3'")" = cancelled
+check "  ... a second cancel is refused (55000)" \
+    test "$(state_of control "SELECT outbox.cancel_relocation('$relocation3')")" = 55000
+check "  ... us holds nothing of organization 1, and no staging of it" \
+    test "$(on us -c "$rows_of_1"):$(on us -c "SELECT count(*) FROM outbox.relocation_rows WHERE relocation = '$relocation3'")" = 0:0
+check "  ... the change log and fence are gone from eu" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.move_changes WHERE relocation = '$relocation3'"):$(on eu -c "SELECT count(*) FROM outbox.organization_moves WHERE fenced AND relocation = '$relocation3'")" = 0:0
+check "  ... eu's triggers stay for nothing: dropped, as no move needs them there" \
+    test "$(on eu -c "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pg_outbox_move_%'")" = 0
+check "  ... organization 1 still lives in eu" \
+    test "$(on control -c "SELECT outbox.organization_cell(1)")" = eu
+sleep 1
+touch "$work/stop"
+wait "$writer"
+writer=
+check "  ... its writes were never refused, and every one is in eu" \
+    test "$(awk -F'\t' '$2 == "refused"' "$work/writes" | wc -l):$(comm -23 \
+        <(comm -23 <(awk -F'\t' '$2 == "insert" {print $3}' "$work/writes" | sort) \
+                   <(awk -F'\t' '$2 == "delete" {print $3}' "$work/writes" | sort)) \
+        <(on eu -c "SELECT id FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)" = 0:0
+check "  ... and eu's rows of it as they were, but for those writes" \
+    test "$(on eu -c "$fingerprint_of_1")" = "$fingerprint_eu"
+check "a cancel after the cutover is refused (55000)" \
+    test "$(state_of control "SELECT outbox.cancel_relocation('$relocation')")" = 55000
+check "a pause after the fence is refused (55000)" \
+    test "$(state_of control "SELECT outbox.pause_relocation('$relocation')")" = 55000
+rows_eu=$(on eu -c "$rows_of_1")
+fingerprint_eu=$(on eu -c "$fingerprint_of_1")
+relocation4=$(on control -c "SELECT outbox.relocate_organization(1, 'us')")
+check "moved back to us, where its old fence gave way" \
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation4'" complete
+check "  ... the same rows in us as eu had, none left in eu" \
+    test "$(on us -c "$fingerprint_of_1"):$(on us -c "$rows_of_1"):$(on eu -c "$rows_of_1")" = "$fingerprint_eu:$rows_eu:0"
+checks_done relocation_move.sh

@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# A move of an organization between cells through faults (docs/relocation.md),
+# on the three clusters of test/harness/move_cells.sh, while a client writes
+# to the organization at 100 writes a second and a prober asks both cells,
+# over and over, whether they take a write of it:
+#   - control's worker (which drives the move) killed with kill -9 during
+#     the copy and again during the catch-up; the target's worker killed
+#     during the import and the target shut down (immediate) right after;
+#     the source's cell stopped (immediate) during the catch-up, the move
+#     paused and resumed meanwhile, then the source's worker killed too;
+#   - the move completes: every write acknowledged is in eu once, the rows
+#     are those us had (field by field) with the client's on top, us holds
+#     none, no tombstone reached control;
+#   - at no moment did both cells take the organization's writes.
+# kill -9 of a backend makes its cluster restart every session: the client
+# and the prober connect again, and a write whose answer was lost is
+# looked for before it is tried again.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+MOVE_ROOT=$root
+source "$root/test/harness/move_cells.sh"
+source "$root/test/harness/check.sh"
+prober=
+finish() {
+    [[ -n $prober ]] && kill "$prober" 2>/dev/null
+    move_cells_stop
+}
+trap finish EXIT
+move_cells_setup || exit 1
+fingerprint_before=$(on us -c "$fingerprint_of_1")
+rows_before=$(on us -c "$rows_of_1")
+# Chunks of 250 rows: each step takes long enough to be hit.
+on control -c "ALTER SYSTEM SET outbox.relocation_chunk_rows = 250" -c "SELECT pg_reload_conf()" >/dev/null
+
+worker_of() { on "$1" -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
+kill_worker() { # NAME: kill -9 its worker, then wait for the cluster to take sessions again
+    local pid
+    pid=$(worker_of "$1")
+    [[ -n $pid ]] && kill -9 "$pid"
+    sleep 1
+    wait_on "$1" 30 "SELECT 1" 1 >/dev/null 2>&1
+}
+step_of() { on control -c "SELECT step FROM outbox.relocations WHERE relocation = '$relocation'" 2>/dev/null; }
+wait_step() { # STEP...: until the move reaches one of them
+    local deadline=$((SECONDS + 120)) s
+    while ((SECONDS < deadline)); do
+        s=$(step_of)
+        for want in "$@"; do [[ $s == "$want" ]] && return 0; done
+        sleep 0.1
+    done
+    echo "  waited for step $*, last saw $s" >&2
+    return 1
+}
+
+# The prober: each round asks eu, then us, to rename the organization to
+# its own name in a transaction it rolls back.  A cell takes the write when
+# the row is there and no error comes.  eu taking it and us after it would
+# be two owners at once (us's fence comes before eu's lift).
+cat >"$work/probe.py" <<'PY'
+import os, time
+import psycopg2
+env = os.environ
+conns = {}
+out = open(env["LOG"], "a", buffering=1)
+def takes(cell):
+    try:
+        if cell not in conns:
+            conns[cell] = psycopg2.connect(env["CELL_DSN_" + cell].replace("move_app", "postgres"))
+        conn = conns[cell]
+        with conn.cursor() as c:
+            c.execute("UPDATE organization SET slug = slug WHERE id = 1")
+            n = c.rowcount
+        conn.rollback()
+        return "takes" if n == 1 else "absent"
+    except psycopg2.OperationalError:
+        conns.pop(cell, None)
+        return "down"
+    except psycopg2.InterfaceError:
+        conns.pop(cell, None)
+        return "down"
+    except psycopg2.Error as e:
+        try:
+            conns[cell].rollback()
+        except psycopg2.Error:
+            conns.pop(cell, None)
+        if e.pgcode is None:  # the connection went
+            conns.pop(cell, None)
+            return "down"
+        return "refuses" if e.pgcode == "OBM01" else "error:" + e.pgcode
+while not os.path.exists(env["STOP"]):
+    out.write("%s %s\n" % (takes("eu"), takes("us")))
+    time.sleep(0.005)
+PY
+(set -a; source "$work/env"; LOG=$work/probes STOP=$work/stop exec "$PYTHON" "$work/probe.py") \
+    2>"$work/probe.err" &
+prober=$!
+start_writer 1:1 100
+sleep 1
+
+relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+echo "control's worker killed during the copy"
+check "the move copies" wait_step copy
+kill_worker control
+done_then=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation'")
+check "  ... and goes on copying after it" \
+    wait_on control 60 "SELECT step <> 'copy' OR rows_done > $done_then FROM outbox.relocations WHERE relocation = '$relocation'" t
+# Many changes for the catch-up: every event of the organization written
+# again as it is.
+on us -c "UPDATE event e SET message = e.message FROM project p
+           WHERE p.id = e.project_id AND p.organization_id = 1 AND e.message NOT LIKE 'w1-%'" >/dev/null
+
+echo "the target's worker killed during the import, then the target shut down"
+check "the move imports" wait_step import
+kill_worker eu
+cell_stop eu
+sleep 2
+cell_start eu
+check "  ... and goes on to the catch-up once eu is back" wait_step catch_up
+
+echo "the source stopped during the catch-up"
+check "the move pauses at the catch-up" \
+    on control -c "SELECT outbox.pause_relocation('$relocation')"
+check "  ... with changes left" \
+    test "$(on control -c "SELECT step || ' ' || (lag > 25) FROM outbox.relocations WHERE relocation = '$relocation'")" = "catch_up true"
+cell_stop us
+sleep 1
+on control -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
+check "  ... resumed with us down, it fails visibly and waits" \
+    wait_on control 30 "SELECT error LIKE '%cell us%' FROM outbox.relocations WHERE relocation = '$relocation'" t
+check "  ... still in the catch-up, still in us" \
+    test "$(step_of):$(on control -c "SELECT outbox.organization_cell(1)")" = catch_up:us
+cell_start us
+kill_worker us
+echo "control's worker killed again"
+kill_worker control
+check "the move completes" \
+    wait_on control 180 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
+on control -c "SELECT step, rows_done, rows_total, write_pause, error FROM outbox.relocations WHERE relocation = '$relocation'"
+sleep 1
+touch "$work/stop"
+wait "$writer"
+writer_rc=$?
+writer=
+wait "$prober"
+prober=
+check "the client ran to the end" test "$writer_rc" = 0
+[[ $writer_rc == 0 ]] || tail -5 "$work/writer.err"
+
+check "organization 1 lives in eu" test "$(on control -c "SELECT outbox.organization_cell(1)")" = eu
+awk -F'\t' '$1 == 1 && $2 == "insert" {print $3 "\t" $4}' "$work/writes" | sort >"$work/acked"
+awk -F'\t' '$1 == 1 && $2 == "delete" {print $3}' "$work/writes" | sort >"$work/deleted"
+echo "  $(wc -l <"$work/acked") writes acknowledged"
+check "every write acknowledged is in eu once, with its message" \
+    test "$(comm -23 <(join -t $'\t' -v1 "$work/acked" "$work/deleted" | sort) \
+        <(on eu -c "SELECT id || E'\t' || message FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)" = 0
+check "  ... and none twice, nor one deleted" \
+    test "$(on eu -c "SELECT count(*) FROM event WHERE message LIKE 'w1-%'"):$(on eu -c "SELECT count(DISTINCT message) FROM event WHERE message LIKE 'w1-%'")" = \
+         "$(join -t $'\t' -v1 "$work/acked" "$work/deleted" | wc -l):$(join -t $'\t' -v1 "$work/acked" "$work/deleted" | wc -l)"
+check "eu holds the rows us had, and the client's" \
+    test "$(on eu -c "$rows_of_1")" = $((rows_before + $(wc -l <"$work/acked") - $(wc -l <"$work/deleted")))
+check "  ... the same rows, field by field" \
+    test "$(on eu -c "$fingerprint_of_1")" = "$fingerprint_before"
+check "us holds none of them" test "$(on us -c "$rows_of_1")" = 0
+check "no tombstone of organization 1 reached control" \
+    test "$(on control -c "SELECT count(*) FROM outbox.control_tombstone WHERE object_identifier = 1")" = 0
+echo "  probes: $(sort "$work/probes" | uniq -c | sort -rn | tr '\n' ';')"
+check "the prober saw us take the organization's writes, and then eu" \
+    test "$(grep -c ' takes$' "$work/probes")" -gt 0 -a "$(grep -c '^takes ' "$work/probes")" -gt 0
+check "  ... and never both at once" \
+    test "$(grep -c '^takes takes' "$work/probes")" = 0
+checks_done relocation_move_faults.sh
