@@ -320,6 +320,9 @@ BEGIN
     INSERT INTO outbox.move_members (relocation, model, pk, present)
     SELECT mv.relocation, s.model, s.pk, true FROM outbox.relocation_rows s
      WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL;
+    -- The members' statistics, which the catch-up's and the fence's probes
+    -- by key are planned with (the table was small a moment ago).
+    ANALYZE outbox.move_members;
     UPDATE outbox.organization_moves o
        SET rows_total = total, step = 'exported', updated_at = clock_timestamp(),
            plan = o.plan || jsonb_build_object('order', outbox._relocation_plan(mv.relocation,
@@ -524,10 +527,15 @@ BEGIN
                          AND mm.present));
         END LOOP;
     END IF;
+    -- Each table's members in key order, from the last key deleted on
+    -- (plan.deleted): a scan from the start would pass every row already
+    -- done, batch after batch.
     FOR entry IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') WITH ORDINALITY e(value, n)
                   ORDER BY e.n DESC LOOP
         pks := ARRAY(SELECT mm.pk FROM outbox.move_members mm
                       WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                        AND mm.pk > coalesce((mv.plan->'deleted'->>(entry->>'model'))::bigint,
+                                             -9223372036854775808)
                         AND mm.present ORDER BY mm.pk LIMIT batch_limit);
         CONTINUE WHEN cardinality(pks) = 0;
         deleted := cardinality(outbox._run_as_table_owner_uncaptured(
@@ -537,10 +545,14 @@ BEGIN
                    ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
                    entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
             ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k)));
+        -- pks are the present members of that range of keys.
         UPDATE outbox.move_members mm SET present = false
-         WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model' AND mm.pk = ANY (pks);
+         WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+           AND mm.pk BETWEEN pks[1] AND pks[cardinality(pks)];
         UPDATE outbox.organization_moves o
-           SET step = 'deleting', rows_done = o.rows_done + deleted, updated_at = clock_timestamp()
+           SET step = 'deleting', rows_done = o.rows_done + deleted, updated_at = clock_timestamp(),
+               plan = jsonb_set(o.plan, '{deleted}', coalesce(o.plan->'deleted', '{}')
+                                || jsonb_build_object(entry->>'model', pks[cardinality(pks)]))
          WHERE o.relocation = mv.relocation;
         RETURN jsonb_build_object('deleted', deleted, 'done', false);
     END LOOP;
@@ -593,6 +605,7 @@ DECLARE
 BEGIN
     SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = mv.relocation;
     IF NOT FOUND THEN
+        ANALYZE outbox.move_members; -- all staged: as in the export
         PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
         UPDATE outbox.relocation_state s SET keys = 'kept' WHERE s.relocation = mv.relocation
         RETURNING * INTO st;

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# Moving an organization between cells: outbox.relocate_organization under
+# a client's writes, side by side in each run with the cold way an operator
+# would take without it (the organization's writes stopped, part 1's export
+# to a file, part 2's import in the other cell, organization_cells
+# switched).  Three clusters on this machine (test/harness/cells.sh):
+# control, us and eu; us holds two organizations of about 100,000 rows each
+# (test/harness/organization_*.sql).  The online move takes organization 1
+# while test/harness/move_writer.py writes to it at RATE writes a second
+# (200), routing by outbox.organization_cell(); the cold way takes
+# organization 2.
+#
+#   bash bench/relocation/move.sh        # RUNS=1 RATE=200
+# Prints a Markdown table and writes it to bench/relocation/move-results.md.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/harness/cells.sh"
+RUNS=${RUNS:-1}
+RATE=${RATE:-200}
+PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+work=$(mktemp -d)
+writer=
+finish() {
+    [[ -n $writer ]] && kill "$writer" 2>/dev/null
+    cells_stop
+    rm -rf "$work"
+}
+trap finish EXIT
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+
+install_extension "$root"
+rows_of() { # ORG: the organization's rows, as the export counts them
+    echo "SELECT (SELECT count(*) FROM organization WHERE id = $1)
+      + (SELECT count(*) FROM team WHERE organization_id = $1)
+      + (SELECT count(*) FROM project WHERE organization_id = $1)
+      + (SELECT count(*) FROM environment e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
+      + (SELECT count(*) FROM event e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
+      + (SELECT count(*) FROM member WHERE organization_id = $1)
+      + (SELECT count(*) FROM dashboard WHERE organization_id = $1)
+      + (SELECT count(*) FROM widget w JOIN dashboard d ON d.id = w.dashboard_id WHERE d.organization_id = $1)
+      + (SELECT count(*) FROM alert_rule a JOIN project p ON p.id = a.project_id WHERE p.organization_id = $1)"
+}
+
+for run in $(seq "$RUNS"); do
+    cells_start "shared_buffers = 512MB" "max_wal_size = 4GB" || exit 1
+    CELLS_OWN_TABLES=1 cells_setup || exit 1
+    for cell in us eu; do
+        on "$cell" -f "$root/test/harness/organization_schema.sql" >/dev/null
+        on "$cell" >/dev/null <<'SQL'
+SELECT outbox.register_table('organization', 'ORGANIZATION_UPDATE', 'cell', shard_column => 'id',
+                             payload_columns => '{slug}');
+GRANT EXECUTE ON FUNCTION outbox.relocation_peer TO outbox_link_control;
+CREATE ROLE move_app LOGIN;
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO move_app;
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO move_app;
+SQL
+    done
+    on us -f "$root/test/harness/organization_data.sql" >/dev/null
+    on eu -c "SELECT setval(pg_get_serial_sequence(t, 'id'), 5000000)
+                FROM unnest('{organization,team,project,environment,event,member,dashboard,widget,alert_rule}'::text[]) t" >/dev/null
+    on control -c "SELECT outbox.set_organization_cell(1, 'us'), outbox.set_organization_cell(2, 'us')" >/dev/null
+    rows_1=$(on us -c "$(rows_of 1)")
+    rows_2=$(on us -c "$(rows_of 2)")
+
+    # Online: organization 1 under RATE writes a second (to its project 2).
+    cat >"$work/env" <<EOF
+CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
+CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
+CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
+EOF
+    rm -f "$work/stop" "$work/writes"
+    (set -a; source "$work/env"; ORGS=1:2 RATE=$RATE LOG=$work/writes STOP=$work/stop \
+        exec "$PYTHON" "$root/test/harness/move_writer.py") 2>"$work/writer.err" &
+    writer=$!
+    sleep 3
+    start=$(now_ms)
+    relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+    max_lag=0
+    : >"$work/steps"
+    while true; do
+        IFS='|' read -r state step lag < <(on control -c "SELECT state, step, coalesce(lag, 0) FROM outbox.relocations WHERE relocation = '$relocation'")
+        echo "$(now_ms) $step" >>"$work/steps"
+        [[ $state == complete ]] && break
+        [[ $step == catch_up ]] && ((lag > max_lag)) && max_lag=$lag
+        sleep 0.1
+    done
+    online_ms=$(($(now_ms) - start))
+    # How long each step took, as the polls saw it.
+    steps=$(awk -v t0="$start" '{if ($2 != last) {if (last != "") printf "%s %d ms, ", last, $1 - from; last = $2; from = $1}}' "$work/steps")
+    sleep 2
+    touch "$work/stop"
+    wait "$writer"
+    writer=
+    pause_ms=$(on control -c "SELECT round(extract(epoch FROM write_pause) * 1000) FROM outbox.relocations WHERE relocation = '$relocation'")
+    copy_done_ms=$(on control -c "SELECT round(extract(epoch FROM fenced_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
+    switched_ms=$(on control -c "SELECT round(extract(epoch FROM lifted_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
+    writes=$(awk -F'\t' '$2 == "insert"' "$work/writes" | wc -l)
+    longest_retry_ms=$(awk -F'\t' '$2 == "refused" {if ($3 > m) m = $3} END {printf "%d", m * 1000}' "$work/writes")
+    missing=$(comm -23 <(comm -23 <(awk -F'\t' '$2 == "insert" {print $3}' "$work/writes" | sort) \
+                                  <(awk -F'\t' '$2 == "delete" {print $3}' "$work/writes" | sort)) \
+                       <(on eu -c "SELECT id FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)
+
+    # Cold: organization 2, its writes stopped, exported, loaded and
+    # imported in eu (new keys: part 2's import), then switched.
+    cold_relocation=$(on control -c "SELECT gen_random_uuid()")
+    start=$(now_ms)
+    on us -c "COPY (SELECT '$cold_relocation', e.* FROM outbox.export_organizations('{2}') e ORDER BY e.ordinal) TO STDOUT" >"$work/export.tsv"
+    export_ms=$(($(now_ms) - start))
+    on eu -c "COPY outbox.relocation_rows FROM STDIN" <"$work/export.tsv"
+    load_ms=$(($(now_ms) - start - export_ms))
+    on eu -c "CALL outbox.import_organizations('$cold_relocation')"
+    import_ms=$(($(now_ms) - start - export_ms - load_ms))
+    on control -c "SELECT outbox.set_organization_cell(2, 'eu')" >/dev/null
+    cold_ms=$(($(now_ms) - start))
+
+    echo "$steps" >"$work/steps_$run"
+    echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms" >>"$work/runs"
+    cells_stop
+done
+
+read -r rows_1 rows_2 _ <"$work/runs"
+col() { awk -v c="$1" '{print $c}' "$work/runs" | median; }
+online=$(col 3) pause=$(col 4) copied=$(col 5) lag=$(col 6) writes=$(col 7) retry=$(col 8) missing=$(col 9)
+export_ms=$(col 10) load=$(col 11) import=$(col 12) cold=$(col 13) switched=$(col 14)
+version=$(awk -F"'" '/default_version/ {print $2}' "$root/extension/pg_outbox.control")
+machine="$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $("$PG_BIN/postgres" --version | awk '{print "PostgreSQL " $3}') | pg_outbox $version"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+table="# Moving an organization between cells
+
+$machine | \`bash bench/relocation/move.sh\` RUNS=$RUNS RATE=$RATE
+
+Three clusters on this machine (control, us, eu). Organization 1 ($rows_1 rows over nine tables) moved online from us to eu by \`outbox.relocate_organization\` while a client writes to it at $RATE writes a second; organization 2 ($rows_2 rows) moved the cold way, its writes stopped throughout. Medians of $RUNS runs, both ways in every run; times by the client's clock, the write pause by control's (\`outbox.relocations.write_pause\`: from the source's fence to the target's lift).
+
+| | online (\`relocate_organization\`) | cold (writes stopped: export, load, import, switch) | online / cold |
+|---|---:|---:|---:|
+| organization's writes refused for | **$pause ms** (longest client retry $retry ms) | **$cold ms** | **$(ratio "$pause" "$cold")** |
+| start to the organization living in eu (its writes taken there) | $switched ms | $cold ms | $(ratio "$switched" "$cold") |
+| of which before the fence (prepare, export, copy, import, catch-up) | $copied ms | | |
+| start to the move complete (the organization's rows deleted from us) | $online ms | | |
+| largest catch-up lag seen (changes left to apply) | $lag | | |
+| client writes acknowledged during the run | $writes, $missing missing in eu | none (stopped) | |
+| cold phases | | export $export_ms ms, load $load ms, import $import ms | |
+
+Steps of the online move (last run, as control's relocations view showed them every 0.1 s): $(cat "$work/steps_$RUNS")
+
+The online move keeps the keys and removes the organization from us afterwards (its delete step is in the total); the cold way's import takes new keys, as part 2's import does, and leaves the organization's rows in us for the operator to delete (not in its time)."
+echo "$table"
+echo "$table" >"$root/bench/relocation/move-results.md"
