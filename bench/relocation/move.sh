@@ -14,48 +14,18 @@
 # Prints a Markdown table and writes it to bench/relocation/move-results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/harness/cells.sh"
+MOVE_ROOT=$root
+source "$root/test/harness/move_cells.sh"
 RUNS=${RUNS:-1}
 RATE=${RATE:-200}
-PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
-work=$(mktemp -d)
-writer=
-finish() {
-    [[ -n $writer ]] && kill "$writer" 2>/dev/null
-    cells_stop
-    rm -rf "$work"
-}
-trap finish EXIT
+trap move_cells_stop EXIT
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 install_extension "$root"
-rows_of() { # ORG: the organization's rows, as the export counts them
-    echo "SELECT (SELECT count(*) FROM organization WHERE id = $1)
-      + (SELECT count(*) FROM team WHERE organization_id = $1)
-      + (SELECT count(*) FROM project WHERE organization_id = $1)
-      + (SELECT count(*) FROM environment e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
-      + (SELECT count(*) FROM event e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
-      + (SELECT count(*) FROM member WHERE organization_id = $1)
-      + (SELECT count(*) FROM dashboard WHERE organization_id = $1)
-      + (SELECT count(*) FROM widget w JOIN dashboard d ON d.id = w.dashboard_id WHERE d.organization_id = $1)
-      + (SELECT count(*) FROM alert_rule a JOIN project p ON p.id = a.project_id WHERE p.organization_id = $1)"
-}
 
 for run in $(seq "$RUNS"); do
-    cells_start "shared_buffers = 512MB" "max_wal_size = 4GB" || exit 1
-    CELLS_OWN_TABLES=1 cells_setup || exit 1
-    for cell in us eu; do
-        on "$cell" -f "$root/test/harness/organization_schema.sql" >/dev/null
-        on "$cell" >/dev/null <<'SQL'
-SELECT outbox.register_table('organization', 'ORGANIZATION_UPDATE', 'cell', shard_column => 'id',
-                             payload_columns => '{slug}');
-GRANT EXECUTE ON FUNCTION outbox.relocation_peer TO outbox_link_control;
-CREATE ROLE move_app LOGIN;
-GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO move_app;
-GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO move_app;
-SQL
-    done
+    move_cells_schema "shared_buffers = 512MB" "max_wal_size = 4GB" || exit 1
     on us -f "$root/test/harness/organization_data.sql" >/dev/null
     on eu -c "SELECT setval(pg_get_serial_sequence(t, 'id'), 5000000)
                 FROM unnest('{organization,team,project,environment,event,member,dashboard,widget,alert_rule}'::text[]) t" >/dev/null
@@ -64,15 +34,8 @@ SQL
     rows_2=$(on us -c "$(rows_of 2)")
 
     # Online: organization 1 under RATE writes a second (to its project 2).
-    cat >"$work/env" <<EOF
-CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
-CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
-CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
-EOF
     rm -f "$work/stop" "$work/writes"
-    (set -a; source "$work/env"; ORGS=1:2 RATE=$RATE LOG=$work/writes STOP=$work/stop \
-        exec "$PYTHON" "$root/test/harness/move_writer.py") 2>"$work/writer.err" &
-    writer=$!
+    start_writer 1:2 "$RATE"
     sleep 3
     start=$(now_ms)
     relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
@@ -117,6 +80,7 @@ EOF
     echo "$steps" >"$work/steps_$run"
     echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms" >>"$work/runs"
     cells_stop
+    rm -f "$work/env"
 done
 
 read -r rows_1 rows_2 _ <"$work/runs"

@@ -40,6 +40,9 @@
 --   delete         the organization's rows leave the source in batches,
 --                  without outbox rows (no tombstone, no cascade in
 --                  control); the source stays fenced for it.
+-- mode fork: prepare (no fence, no change log), export, copy, then part 2's
+-- import with new keys (capture fires: new objects for control); the new
+-- root key goes into organization_cells, and the source keeps the original.
 -- At every moment at most one cell accepts the organization's writes: the
 -- target is fenced from the start until after the flip, the source from
 -- before the flip for good.  A step that fails is tried again (1 s, 2 s,
@@ -253,10 +256,15 @@ DECLARE
     p_relocation uuid := (argument->>'relocation')::uuid;
     p_side text := argument->>'side';
     p_organization bigint := (argument->>'organization')::bigint;
+    p_mode text := coalesce(argument->>'mode', 'move');
     mv outbox.organization_moves;
     root text := outbox._move_root();
     taken jsonb[];
 BEGIN
+    IF p_mode NOT IN ('move', 'fork') THEN
+        RAISE EXCEPTION 'relocation %: mode % is not one of relocation protocol 1', p_relocation,
+            quote_literal(p_mode) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
     IF p_side NOT IN ('source', 'target') OR p_organization IS NULL
        OR argument->>(CASE p_side WHEN 'source' THEN 'from' ELSE 'to' END) IS DISTINCT FROM cell THEN
         RAISE EXCEPTION 'relocation %: cell % cannot be the % of a move from % to %', p_relocation,
@@ -269,6 +277,14 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         RETURN jsonb_build_object('prepared', false);
+    END IF;
+    IF p_mode = 'fork' THEN
+        -- A copy with new keys: no fence, no change log.
+        INSERT INTO outbox.organization_moves (relocation, organization, side, mode, from_cell,
+                                               to_cell, step, plan)
+        VALUES (p_relocation, p_organization, p_side, 'fork', argument->>'from', argument->>'to',
+                'prepared', jsonb_build_object('root', root));
+        RETURN jsonb_build_object('prepared', true, 'triggers', 0);
     END IF;
     IF p_side = 'target' THEN
         taken := outbox._run_as_table_owner(outbox._relocation_table(root),
@@ -319,7 +335,7 @@ BEGIN
     GET DIAGNOSTICS total = ROW_COUNT;
     INSERT INTO outbox.move_members (relocation, model, pk, present)
     SELECT mv.relocation, s.model, s.pk, true FROM outbox.relocation_rows s
-     WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL;
+     WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL AND mv.mode = 'move';
     -- The members' statistics, which the catch-up's and the fence's probes
     -- by key are planned with (the table was small a moment ago).
     ANALYZE outbox.move_members;
@@ -491,27 +507,33 @@ BEGIN
 END
 $$;
 
--- delete (source, after the cutover): the organization's rows, children
--- first, limit at a time, as each table's owner, without outbox rows; the
--- first call clears the references of cycles (which point from a table to
--- one after it).
-CREATE OR REPLACE FUNCTION outbox._move_delete(mv outbox.organization_moves, batch_limit int)
-RETURNS jsonb
+-- Deletes the rows of a plan entry whose primary keys are keys, as the
+-- table's owner and without outbox rows (a move's target and the source it
+-- left: the rows' messages are the other cell's); returns how many.
+CREATE OR REPLACE FUNCTION outbox._move_delete_rows(entry jsonb, keys jsonb[]) RETURNS int
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT cardinality(outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
+        format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
+               ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
+               ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
+               entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
+        keys))
+$$;
+
+-- Sets the cycles' columns of the organization's rows here (the members
+-- of mv present) to NULL, table by table of plan, before they are deleted.
+CREATE OR REPLACE FUNCTION outbox._move_clear_cycles(mv outbox.organization_moves, plan jsonb)
+RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     entry jsonb;
-    pks bigint[];
-    deleted int;
     deferred text[];
 BEGIN
-    IF mv.step NOT IN ('drained', 'deleting') THEN
-        RAISE EXCEPTION 'relocation %: the source deletes the organization only once its outbox rows are delivered',
-            mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    IF mv.step = 'drained' THEN
-        FOR entry IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') e LOOP
+        FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) e LOOP
             deferred := outbox._relocation_deferred(entry);
             CONTINUE WHEN cardinality(deferred) = 0;
             PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
@@ -526,6 +548,29 @@ BEGIN
                        WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
                          AND mm.present));
         END LOOP;
+END
+$$;
+
+-- delete (source, after the cutover): the organization's rows, children
+-- first, limit at a time, as each table's owner, without outbox rows; the
+-- first call clears the references of cycles (which point from a table to
+-- one after it).
+CREATE OR REPLACE FUNCTION outbox._move_delete(mv outbox.organization_moves, batch_limit int)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    entry jsonb;
+    pks bigint[];
+    deleted int;
+BEGIN
+    IF mv.step NOT IN ('drained', 'deleting') THEN
+        RAISE EXCEPTION 'relocation %: the source deletes the organization only once its outbox rows are delivered',
+            mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF mv.step = 'drained' THEN
+        PERFORM outbox._move_clear_cycles(mv, mv.plan->'order');
     END IF;
     -- Each table's members in key order, from the last key deleted on
     -- (plan.deleted): a scan from the start would pass every row already
@@ -538,13 +583,7 @@ BEGIN
                                              -9223372036854775808)
                         AND mm.present ORDER BY mm.pk LIMIT batch_limit);
         CONTINUE WHEN cardinality(pks) = 0;
-        deleted := cardinality(outbox._run_as_table_owner_uncaptured(
-            (entry->>'relid')::oid::regclass,
-            format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
-                   ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                   ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                   entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
-            ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k)));
+        deleted := outbox._move_delete_rows(entry, ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k));
         -- pks are the present members of that range of keys.
         UPDATE outbox.move_members mm SET present = false
          WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
@@ -586,7 +625,7 @@ BEGIN
     GET DIAGNOSTICS staged = ROW_COUNT;
     INSERT INTO outbox.move_members (relocation, model, pk, present)
     SELECT mv.relocation, c->>1, (c->>2)::bigint, true
-      FROM jsonb_array_elements(chunk) c WHERE c->>2 IS NOT NULL
+      FROM jsonb_array_elements(chunk) c WHERE c->>2 IS NOT NULL AND mv.mode = 'move'
     ON CONFLICT DO NOTHING;
     RETURN jsonb_build_object('staged', staged);
 END
@@ -604,7 +643,11 @@ DECLARE
     taken jsonb[];
 BEGIN
     SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = mv.relocation;
-    IF NOT FOUND THEN
+    IF NOT FOUND AND mv.mode = 'fork' THEN
+        -- part 2's import: new keys, capture fired (new objects for control)
+        PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
+        RETURN jsonb_build_object('more', true);
+    ELSIF NOT FOUND THEN
         ANALYZE outbox.move_members; -- all staged: as in the export
         PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
         UPDATE outbox.relocation_state s SET keys = 'kept' WHERE s.relocation = mv.relocation
@@ -626,7 +669,20 @@ BEGIN
         END LOOP;
         RETURN jsonb_build_object('more', true);
     END IF;
-    RETURN jsonb_build_object('more', outbox._import_step(mv.relocation));
+    IF outbox._import_step(mv.relocation) THEN
+        RETURN jsonb_build_object('more', true);
+    END IF;
+    IF mv.mode = 'fork' THEN
+        -- The copy is all there is to a fork: it is done, under a new root key.
+        UPDATE outbox.organization_moves o
+           SET state = 'complete', step = 'imported', updated_at = clock_timestamp(),
+               finished_at = coalesce(o.finished_at, clock_timestamp())
+         WHERE o.relocation = mv.relocation;
+    END IF;
+    RETURN jsonb_build_object('more', false, 'root', (
+        SELECT m.new FROM outbox.relocation_pk_map m
+         WHERE m.relocation = mv.relocation AND m.table_key = mv.plan->>'root'
+           AND m.old = mv.organization));
 END
 $$;
 
@@ -700,13 +756,7 @@ BEGIN
                                 WHERE c->>'model' = entry->>'model'
                                   AND jsonb_typeof(c->'fields') IS DISTINCT FROM 'object');
         CONTINUE WHEN cardinality(rows_to_write) = 0;
-        applied := applied + cardinality(outbox._run_as_table_owner_uncaptured(
-            (entry->>'relid')::oid::regclass,
-            format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
-                   ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                   ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                   entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
-            rows_to_write));
+        applied := applied + outbox._move_delete_rows(entry, rows_to_write);
         UPDATE outbox.move_members mm SET present = false
          WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
            AND mm.pk = ANY (ARRAY(SELECT (w #>> '{}')::bigint FROM unnest(rows_to_write) w));
@@ -727,13 +777,20 @@ AS $$
 DECLARE
     plan jsonb := (SELECT s.plan FROM outbox.relocation_state s WHERE s.relocation = mv.relocation);
     entry jsonb;
-    deferred text[];
     deleted bigint := 0;
     keys jsonb[];
     t record;
 BEGIN
     IF mv.state = 'cancelled' THEN
         RETURN jsonb_build_object('deleted', 0);
+    ELSIF mv.mode = 'fork' AND mv.state <> 'complete' THEN
+        -- What the import wrote goes as it came, captured (part 2's cancel).
+        IF mv.side = 'target' AND EXISTS (SELECT FROM outbox.relocation_state s
+                                           WHERE s.relocation = mv.relocation
+                                             AND s.state <> 'cancelled') THEN
+            deleted := outbox.cancel_relocation(mv.relocation);
+        END IF;
+        plan := NULL;
     ELSIF mv.state = 'complete' OR mv.step IN ('deleting', 'deleted')
           OR (mv.side = 'target' AND NOT mv.fenced) THEN
         RAISE EXCEPTION 'relocation % is past its cutover: organization % lives in cell % now',
@@ -741,34 +798,14 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF mv.side = 'target' AND plan IS NOT NULL THEN
-        FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) e LOOP
-            deferred := outbox._relocation_deferred(entry);
-            CONTINUE WHEN cardinality(deferred) = 0;
-            PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
-                format('WITH w AS (UPDATE %s t SET (%s) = ROW(%s) WHERE t.%I = ANY (SELECT'
-                       ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                       ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                       entry->>'qualified',
-                       (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-                       (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c),
-                       entry->>'pk', entry->>'pk', entry->>'pk'),
-                ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
-                       WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
-                         AND mm.present));
-        END LOOP;
+        PERFORM outbox._move_clear_cycles(mv, plan);
         FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
                       ORDER BY e.n DESC LOOP
             keys := ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
                            WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
                              AND mm.present);
             CONTINUE WHEN cardinality(keys) = 0;
-            deleted := deleted + cardinality(outbox._run_as_table_owner_uncaptured(
-                (entry->>'relid')::oid::regclass,
-                format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
-                       ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                       ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                       entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
-                keys));
+            deleted := deleted + outbox._move_delete_rows(entry, keys);
         END LOOP;
         UPDATE outbox.relocation_state s
            SET state = 'cancelled', step = NULL, updated_at = clock_timestamp(),
@@ -835,7 +872,7 @@ BEGIN
         RETURN outbox._move_cancel_here(mv);
     END IF;
     wanted := CASE WHEN operation IN ('export', 'chunk', 'changes', 'fence', 'in_flight',
-                                      'drained', 'delete') THEN 'source'
+                                      'drained', 'delete', 'finish') THEN 'source'
                    WHEN operation IN ('stage', 'import', 'apply', 'lift') THEN 'target' END;
     IF wanted IS NULL THEN
         RAISE EXCEPTION 'operation % is not one of relocation protocol 1', quote_literal(operation)
@@ -887,6 +924,17 @@ BEGIN
             RETURN jsonb_build_object('deleted', 0, 'done', true);
         END IF;
         RETURN outbox._move_delete(mv, coalesce((argument->>'limit')::int, 1000));
+    WHEN 'finish' THEN
+        IF mv.mode <> 'fork' THEN
+            RAISE EXCEPTION 'relocation % is a move: its source finishes by deleting the organization',
+                p_relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        UPDATE outbox.organization_moves o
+           SET state = 'complete', step = 'exported', updated_at = clock_timestamp(),
+               finished_at = coalesce(o.finished_at, clock_timestamp())
+         WHERE o.relocation = p_relocation;
+        DELETE FROM outbox.relocation_rows s WHERE s.relocation = p_relocation;
+        RETURN jsonb_build_object('finished', true);
     WHEN 'stage' THEN
         RETURN outbox._move_stage(mv, argument->'rows');
     WHEN 'import' THEN
@@ -911,8 +959,9 @@ $$;
 -- The extension owner's, on control: moves organization root_id from the
 -- cell outbox.organization_cells names to to_cell; returns the move's
 -- relocation id (outbox.relocations shows it).  Control's worker does the
--- rest.  mode move keeps the primary keys (fork, a copy with new keys that
--- keeps the source, is export and import: docs/relocation.md).
+-- rest.  mode move keeps the primary keys; mode fork copies the
+-- organization with new keys and keeps the source, as Sentry's relocation
+-- does (docs/relocation.md).
 CREATE OR REPLACE FUNCTION outbox.relocate_organization(root_id bigint, to_cell text,
     mode text DEFAULT 'move') RETURNS uuid
 LANGUAGE plpgsql
@@ -926,11 +975,7 @@ BEGIN
     PERFORM outbox._require(root_id, 'root_id');
     PERFORM outbox._require(to_cell, 'to_cell');
     PERFORM outbox._require(mode, 'mode');
-    IF mode = 'fork' THEN
-        RAISE EXCEPTION 'mode fork is not supported by relocate_organization yet'
-            USING ERRCODE = 'feature_not_supported',
-                  HINT = 'Fork with outbox.export_organizations in the source and CALL outbox.import_organizations in the target.';
-    ELSIF mode <> 'move' THEN
+    IF mode NOT IN ('move', 'fork') THEN
         RAISE EXCEPTION 'mode must be move or fork, not %', quote_literal(mode)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
@@ -1091,9 +1136,11 @@ BEGIN
     CASE mv.step
     WHEN 'prepare' THEN
         PERFORM outbox._move_call(mv, mv.to_cell, 'prepare', jsonb_build_object(
-            'side', 'target', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell));
+            'side', 'target', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
+            'mode', mv.mode));
         PERFORM outbox._move_call(mv, mv.from_cell, 'prepare', jsonb_build_object(
-            'side', 'source', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell));
+            'side', 'source', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
+            'mode', mv.mode));
         next_step := 'export';
     WHEN 'export' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'export');
@@ -1113,8 +1160,25 @@ BEGIN
             next_step := 'import';
         END IF;
     WHEN 'import' THEN
-        IF NOT (outbox._move_call(mv, mv.to_cell, 'import')->>'more')::boolean THEN
+        answer := outbox._move_call(mv, mv.to_cell, 'import');
+        IF (answer->>'more')::boolean THEN
+            NULL;
+        ELSIF mv.mode = 'move' THEN
             next_step := 'catch_up';
+        ELSE
+            -- A fork is a new organization, in the target, under the key
+            -- the import gave its root; the source keeps the original.
+            INSERT INTO outbox.organization_cells (organization, cell)
+            VALUES ((answer->>'root')::bigint, mv.to_cell)
+            ON CONFLICT ON CONSTRAINT organization_cells_pkey
+                DO UPDATE SET cell = excluded.cell, updated_at = now();
+            PERFORM outbox._move_call(mv, mv.from_cell, 'finish');
+            UPDATE outbox.organization_moves o
+               SET state = 'complete', step = 'done', rows_done = mv.rows_done,
+                   plan = coalesce(o.plan, '{}') || jsonb_build_object('forked_as', answer->'root'),
+                   updated_at = clock_timestamp(), finished_at = clock_timestamp()
+             WHERE o.relocation = mv.relocation;
+            RETURN false;
         END IF;
     WHEN 'catch_up', 'last_catch_up' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'changes', jsonb_build_object(

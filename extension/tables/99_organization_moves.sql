@@ -20,7 +20,7 @@ CREATE TABLE outbox.organization_moves (
     relocation   uuid        PRIMARY KEY,
     organization bigint      NOT NULL,
     side         text        NOT NULL CHECK (side IN ('control', 'source', 'target')),
-    mode         text        NOT NULL DEFAULT 'move' CHECK (mode IN ('move')),
+    mode         text        NOT NULL DEFAULT 'move' CHECK (mode IN ('move', 'fork')),
     from_cell    text        NOT NULL,
     to_cell      text        NOT NULL,
     state        text        NOT NULL DEFAULT 'moving'

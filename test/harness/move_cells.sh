@@ -6,9 +6,10 @@
 # move_app; organization 1 (about 20,000 rows) and 2 in us, 3 in eu, whose
 # ids are from a range of its own (a move keeps primary keys); control
 # placing them and referring to organization 1 across silos.  Source it
-# with MOVE_ROOT set, then: move_cells_setup; start_writer ORGS RATE
+# with MOVE_ROOT set, then: move_cells_setup (or move_cells_schema, the
+# same without rows); start_writer ORGS RATE
 # (move_writer.py in the background, $writer, logging to $work/writes
-# until $work/stop exists); state_of NAME SQL; rows_of_1 and
+# until $work/stop exists); state_of NAME SQL; rows_of ORG, rows_of_1 and
 # fingerprint_of_1 (SQL); move_cells_stop (the EXIT trap).
 
 source "$(dirname "${BASH_SOURCE[0]}")/cells.sh"
@@ -21,7 +22,8 @@ move_cells_stop() {
     rm -rf "$work"
 }
 
-move_cells_setup() {
+# The clusters, the schema and the roles, without rows.
+move_cells_schema() {
     cells_start "$@" || return 1
     CELLS_OWN_TABLES=1 cells_setup || return 1
     local cell
@@ -42,6 +44,15 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO move_app;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO move_app;
 SQL
     done
+    cat >"$work/env" <<EOF
+CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
+CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
+CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
+EOF
+}
+
+move_cells_setup() {
+    move_cells_schema "$@" || return 1
     on us >/dev/null <<'SQL' || return 1
 INSERT INTO organization VALUES (1, 'acme', 2), (2, 'globex', 1);
 INSERT INTO team SELECT i, 1 + i % 2, 'team ' || i FROM generate_series(1, 40) i;
@@ -75,11 +86,6 @@ CREATE INDEX ON org_audit (organization_id);
 SELECT outbox.register_foreign_key('org_audit', 'organization_id', 'organization', 'CASCADE');
 INSERT INTO org_audit VALUES (1, 1), (2, 2);
 SQL
-    cat >"$work/env" <<EOF
-CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
-CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
-CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
-EOF
 }
 
 start_writer() { # ORGS RATE
@@ -94,15 +100,18 @@ state_of() { # NAME SQL: the SQLSTATE the statement raises there, or ok
         sed 's/.*NOTICE: *//'
 }
 
-rows_of_1="SELECT (SELECT count(*) FROM organization WHERE id = 1)
-  + (SELECT count(*) FROM team WHERE organization_id = 1)
-  + (SELECT count(*) FROM project WHERE organization_id = 1)
-  + (SELECT count(*) FROM environment e JOIN project p ON p.id = e.project_id WHERE p.organization_id = 1)
-  + (SELECT count(*) FROM event e JOIN project p ON p.id = e.project_id WHERE p.organization_id = 1)
-  + (SELECT count(*) FROM member WHERE organization_id = 1)
-  + (SELECT count(*) FROM dashboard WHERE organization_id = 1)
-  + (SELECT count(*) FROM widget w JOIN dashboard d ON d.id = w.dashboard_id WHERE d.organization_id = 1)
-  + (SELECT count(*) FROM alert_rule a JOIN project p ON p.id = a.project_id WHERE p.organization_id = 1)"
+rows_of() { # ORG: the SQL that counts the organization's rows, as the export finds them
+    echo "SELECT (SELECT count(*) FROM organization WHERE id = $1)
+      + (SELECT count(*) FROM team WHERE organization_id = $1)
+      + (SELECT count(*) FROM project WHERE organization_id = $1)
+      + (SELECT count(*) FROM environment e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
+      + (SELECT count(*) FROM event e JOIN project p ON p.id = e.project_id WHERE p.organization_id = $1)
+      + (SELECT count(*) FROM member WHERE organization_id = $1)
+      + (SELECT count(*) FROM dashboard WHERE organization_id = $1)
+      + (SELECT count(*) FROM widget w JOIN dashboard d ON d.id = w.dashboard_id WHERE d.organization_id = $1)
+      + (SELECT count(*) FROM alert_rule a JOIN project p ON p.id = a.project_id WHERE p.organization_id = $1)"
+}
+rows_of_1=$(rows_of 1)
 # What the client does not touch, to compare after a move.
 fingerprint_of_1="SELECT md5(string_agg(r, ',' ORDER BY r)) FROM (
     SELECT 'o' || o::text AS r FROM organization o WHERE id = 1

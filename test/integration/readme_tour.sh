@@ -24,6 +24,11 @@ check "capture wrote the 6 members' outbox rows, which the tour shows" \
 check "the handler replicated every member" wait_for 30 "SELECT count(*) FROM replica" 6
 check "the backfill behind the opened gate completes" wait_for 60 \
     "SELECT state FROM outbox.backfill_status WHERE table_key = 'organization_member'" complete
-check "and the outbox drains" wait_for 30 "SELECT count(*) FROM outbox.cell_outbox" 0
+check "and the outbox drains" wait_for 30 "SELECT count(*) FROM outbox.cell_outbox" 0 || {
+    # What held them: for the next time this fails (it has, rarely, in CI).
+    q -c "SELECT id, shard_identifier, object_identifier, scheduled_for - now() AS due_in FROM outbox.cell_outbox" >&2
+    q -c "SELECT * FROM outbox.shard_errors" -c "SELECT * FROM outbox.worker_status" >&2
+    grep -v ' LOG: ' "$CLUSTER_DIR/server.log" | tail -20 >&2
+}
 
 checks_done readme_tour.sh

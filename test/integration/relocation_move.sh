@@ -36,8 +36,6 @@ check "to the cell it lives in (22023)" \
     test "$(state_of control "SELECT outbox.relocate_organization(1, 'us')")" = 22023
 check "to a cell not registered (42704)" \
     test "$(state_of control "SELECT outbox.relocate_organization(1, 'mars')")" = 42704
-check "fork is not there yet (0A000)" \
-    test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu', 'fork')")" = 0A000
 check "an unknown mode (22023)" \
     test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu', 'copy')")" = 22023
 check "NULL root_id (22004)" \
@@ -234,4 +232,23 @@ check "moved back to us, where its old fence gave way" \
     wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation4'" complete
 check "  ... the same rows in us as eu had, none left in eu" \
     test "$(on us -c "$fingerprint_of_1"):$(on us -c "$rows_of_1"):$(on eu -c "$rows_of_1")" = "$fingerprint_eu:$rows_eu:0"
+echo "A fork: organization 1 copied from us to eu with new keys, us keeps it"
+fingerprint_us=$(on us -c "$fingerprint_of_1")
+rows_us=$(on us -c "$rows_of_1")
+relocation5=$(on control -c "SELECT outbox.relocate_organization(1, 'eu', 'fork')")
+check "the fork completes" \
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation5'" complete
+forked=$(on control -c "SELECT plan->>'forked_as' FROM outbox.organization_moves WHERE relocation = '$relocation5'")
+check "  ... under a new key in eu's range, which organization_cells places in eu" \
+    test "$forked" -gt 5000000 -a "$(on control -c "SELECT outbox.organization_cell($forked)")" = eu
+check "  ... organization 1 stays in us, as it was" \
+    test "$(on control -c "SELECT outbox.organization_cell(1)"):$(on us -c "$fingerprint_of_1"):$(on us -c "$rows_of_1")" = "us:$fingerprint_us:$rows_us"
+check "  ... eu holds a copy of every row" \
+    test "$(on eu -c "$(rows_of "$forked")")" = "$rows_us"
+check "  ... the compare in eu finds nothing" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.compare_relocation('$relocation5')")" = 0
+check "  ... and us takes organization 1's writes" \
+    test "$(ON_USER=move_app state_of us "UPDATE organization SET slug = 'still-here' WHERE id = 1")" = ok
+check "  ... the fork's capture told control of the new organization" \
+    wait_on control 30 "SELECT count(*) > 0 FROM applied WHERE category = 0 AND object = $forked" t
 checks_done relocation_move.sh
