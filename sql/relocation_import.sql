@@ -225,6 +225,10 @@ SET ROLE ri_owner;
 CALL outbox.import_organizations('aaaaaaaa-0000-0000-0000-000000000001');
 SELECT outbox._run_as_table_owner('organization', 'SELECT to_jsonb(1)', '{}');
 RESET ROLE;
+-- A statement of another kind than a SELECT is a bad argument (the fuzzer
+-- found an empty one raising an internal error).
+SELECT outbox._run_as_table_owner('organization', '', '{}');
+SELECT outbox._run_as_table_owner('organization', 'DELETE FROM public.organization WHERE false', '{}');
 
 -- Chunks of 4 rows.  acme's slug collides and there is no hook: the chunk
 -- fails whole, naming the table, the key and the row; the state says so.

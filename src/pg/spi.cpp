@@ -9,6 +9,12 @@ namespace pgoutbox::pg {
 uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
                const char *nulls, bool read_only, long limit, int expected) {
     int rc = SPI_execute_with_args(sql, nargs, types, values, nulls, read_only, limit);
+    // A statement that ran but is of another kind than expected can only be
+    // a caller's (outbox._run_as_table_owner): a bad argument, not a bug.
+    if (rc >= 0 && rc != expected)
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("pg_outbox: %s: the statement is %s, not %s", what,
+                               SPI_result_code_string(rc), SPI_result_code_string(expected))));
     if (rc != expected)
         elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
     return SPI_processed;

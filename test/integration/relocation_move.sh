@@ -117,6 +117,8 @@ check "  ... and the client's last rename of its project" \
     test "$(on eu -c "SELECT slug FROM project WHERE id = 1")" = "$last_rename"
 check "us refuses organization 1's writes for good (OBM01, naming eu)" \
     test "$(ON_USER=move_app state_of us "INSERT INTO organization VALUES (1, 'again', 1)")" = OBM01
+check "  ... COPY too" \
+    test "$(printf '1\tcopied\t1\n' | ON_USER=move_app on us -c "COPY organization (id, slug, plan_id) FROM STDIN" 2>&1 | grep -c 'has moved to cell eu')" = 1
 refusal=$(on us -c "INSERT INTO organization VALUES (1, 'again', 1)" 2>&1)
 check "  ... its message names the new cell" grep -q 'organization 1 has moved to cell eu' <<<"$refusal"
 check "control's last message of project 1 has the last rename" \

@@ -4,8 +4,10 @@
 # to the organization at 100 writes a second and a prober asks both cells,
 # over and over, whether they take a write of it:
 #   - control's worker (which drives the move) killed with kill -9 during
-#     the copy and again during the catch-up; the target's worker killed
-#     during the import and the target shut down (immediate) right after;
+#     the copy and again after the catch-up; the target shut down
+#     (immediate) and the source's worker killed during the copy; the
+#     target's worker killed during the import and the target shut down
+#     again right after;
 #     the source's cell stopped (immediate) during the catch-up, the move
 #     paused and resumed meanwhile, then the source's worker killed too;
 #   - the move completes: every write acknowledged is in eu once, the rows
@@ -104,6 +106,14 @@ kill_worker control
 done_then=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation'")
 check "  ... and goes on copying after it" \
     wait_on control 60 "SELECT step <> 'copy' OR rows_done > $done_then FROM outbox.relocations WHERE relocation = '$relocation'" t
+echo "the target shut down (immediate) in the middle of the copy, the source's worker killed"
+cell_stop eu
+kill_worker us
+sleep 2
+cell_start eu
+done_then=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation'")
+check "  ... the copy goes on once eu is back" \
+    wait_on control 60 "SELECT step <> 'copy' OR rows_done > $done_then FROM outbox.relocations WHERE relocation = '$relocation'" t
 # Many changes for the catch-up: every event of the organization written
 # again as it is.
 on us -c "UPDATE event e SET message = e.message FROM project p
@@ -120,8 +130,8 @@ check "  ... and goes on to the catch-up once eu is back" wait_step catch_up
 echo "the source stopped during the catch-up"
 check "the move pauses at the catch-up" \
     on control -c "SELECT outbox.pause_relocation('$relocation')"
-check "  ... with changes left" \
-    test "$(on control -c "SELECT step || ' ' || (lag > 25) FROM outbox.relocations WHERE relocation = '$relocation'")" = "catch_up true"
+check "  ... with changes left in us's change log" \
+    test "$(step_of):$(on us -c "SELECT count(*) > 25 FROM outbox.move_changes WHERE relocation = '$relocation'")" = catch_up:t
 cell_stop us
 sleep 1
 on control -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
