@@ -142,7 +142,12 @@ BEGIN
                     o.plan->>'root' AS root
                FROM outbox.organization_moves o
               WHERE o.side <> 'control'
-                AND (o.fenced OR (o.side = 'source' AND o.state = 'moving')) LOOP
+                AND (o.fenced OR (o.side = 'source' AND o.state = 'moving'))
+                -- A source that gave the organization away holds none of its
+                -- rows any more: only its root can be written again, so its
+                -- fence costs the other tables' statements nothing.
+                AND NOT (o.side = 'source' AND o.state = 'complete'
+                         AND o.plan->>'root' <> TG_ARGV[0]) LOOP
         IF m.side = 'source' AND m.state = 'moving' AND NOT m.fenced THEN
             EXECUTE format('INSERT INTO outbox.move_changes (relocation, model, pk)'
                            ' SELECT DISTINCT $1, $2, x.k FROM (%s) x(k) WHERE x.k IS NOT NULL',
