@@ -16,6 +16,11 @@ namespace {
 
 Registry *registry = nullptr; // the latest built, possibly stale
 bool registry_valid = false;
+// While a registry is read, every invalidation counts: the relations it
+// names are not known before the first read (registry is null then), and a
+// registration that commits after the read's snapshot is met only on the
+// lock of a table read next.
+bool registry_loading = false;
 uint64 registry_invalidations = 0;
 
 struct CacheEntry {
@@ -73,7 +78,7 @@ bool is_outbox_relation(const Registry *registry, Oid relid) {
 
 static void invalidate_callback(Datum, Oid relid) {
     pg::forget_abandoned_frames();
-    bool everything = relid == InvalidOid ||
+    bool everything = relid == InvalidOid || registry_loading ||
                       (registry != nullptr &&
                        (relid == registry->registry_relid || relid == registry->cells_relid ||
                         relid == registry->handlers_relid || is_outbox_relation(registry, relid)));
@@ -271,6 +276,7 @@ const Registry *registry_get() {
         return registry;
 
     uint64 seen = registry_invalidations;
+    registry_loading = true; // left so by an ERROR below: only a reload more
     MemoryContext context =
         AllocSetContextCreate(CacheMemoryContext, "pg_outbox registry", ALLOCSET_SMALL_SIZES);
     // Among the retired until complete: an ERROR below frees it with them.
@@ -294,6 +300,7 @@ const Registry *registry_get() {
     PushActiveSnapshot(GetLatestSnapshot());
     load_registrations(fresh);
     PopActiveSnapshot();
+    registry_loading = false;
 
     MemoryContextSetParent(context, CacheMemoryContext);
     if (registry != nullptr)
