@@ -18,12 +18,15 @@
 --   export         the source exports the organization, from one snapshot
 --                  taken after the change log started (export_organizations
 --                  into its outbox.relocation_rows);
+--   check          the target has none of its keys (else the move fails
+--                  before anything is copied; outbox.plan_relocation asks
+--                  the same up front);
 --   copy           chunk by chunk, from the source's staging table to the
 --                  target's (a chunk sent again is recognised by its
 --                  ordinals);
 --   import         the target imports it with the source's primary keys
---                  (relocation_state.keys = kept), after a check that none
---                  of them is taken there, chunk by chunk (part 2);
+--                  (relocation_state.keys = kept), after checking their
+--                  keys again, chunk by chunk (part 2);
 --   catch_up       the changed rows, as they are now in the source, applied
 --                  in the target (upserts, deletions), until few are left;
 --   fence          the source refuses the organization's writes (SQLSTATE
@@ -638,14 +641,91 @@ $$;
 
 -- import (target): the first call starts the import with the source's keys
 -- once none of them is taken here; each call after it imports a chunk.
+-- Which of by_model's keys ({model: [primary key, ...]}, a move's) are taken here,
+-- model by model: what a move keeping primary keys would collide with.
+-- Read as each table's owner (its policies and code run as that role).
+CREATE OR REPLACE FUNCTION outbox._move_taken(by_model jsonb)
+RETURNS TABLE (model text, "rows" bigint, taken bigint, first_taken bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    k record;
+    t record;
+    answer jsonb[];
+BEGIN
+    IF jsonb_typeof(by_model) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'argument.keys must be a JSON object of arrays of keys by table key'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR k IN SELECT e.key, e.value FROM jsonb_each(by_model) e ORDER BY e.key LOOP
+        SELECT * INTO t FROM outbox._move_tables() m WHERE m.model = k.key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table key % is no Organization-scoped table here', quote_literal(k.key)
+                USING ERRCODE = 'undefined_table',
+                      HINT = 'A move needs the same relocation scopes in both cells (outbox.check_models()).';
+        ELSIF jsonb_typeof(k.value) IS DISTINCT FROM 'array' THEN
+            RAISE EXCEPTION 'argument.keys.% must be an array of keys', k.key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        answer := outbox._run_as_table_owner(t.relid,
+            format('SELECT pg_catalog.jsonb_build_array(pg_catalog.count(*), pg_catalog.min(t.%I::bigint))'
+                   ' FROM %s t WHERE t.%I = ANY (SELECT (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint'
+                   ' FROM pg_catalog.unnest($1) j)', t.pk, t.relid, t.pk),
+            ARRAY(SELECT e FROM jsonb_array_elements(k.value) e));
+        model := k.key;
+        "rows" := jsonb_array_length(k.value);
+        taken := (answer[1]->>0)::bigint;
+        first_taken := (answer[1]->>1)::bigint;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- What a move says of keys taken in its target (a row of _move_taken).
+CREATE OR REPLACE FUNCTION outbox._move_taken_message(mv outbox.organization_moves, model text,
+    taken bigint, first_taken bigint) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('organization %s cannot move to cell %s: %s of its keys in %s are taken there (the first: %s)',
+                  mv.organization, mv.to_cell, taken, model, first_taken)
+$$;
+
+-- keys (source): the primary keys of the move's export, ordinals first to
+-- last, {model: [key, ...]}; with no move of that relocation here, those of
+-- organization as it is now (outbox.plan_relocation's dry run).
+CREATE OR REPLACE FUNCTION outbox._move_keys(p_relocation uuid, argument jsonb) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM outbox.organization_moves o
+                WHERE o.relocation = p_relocation AND o.side = 'source') THEN
+        RETURN jsonb_build_object('keys', coalesce((
+            SELECT jsonb_object_agg(g.model, g.pks) FROM (
+                SELECT s.model, jsonb_agg(s.pk ORDER BY s.pk) AS pks FROM outbox.relocation_rows s
+                 WHERE s.relocation = p_relocation AND s.pk IS NOT NULL
+                   AND s.ordinal BETWEEN (argument->>'first')::bigint AND (argument->>'last')::bigint
+                 GROUP BY s.model) g), '{}'));
+    END IF;
+    PERFORM outbox._require((argument->>'organization')::bigint, 'argument.organization');
+    RETURN jsonb_build_object('keys', coalesce((
+        SELECT jsonb_object_agg(g.model, g.pks) FROM (
+            SELECT e.model, jsonb_agg(e.pk ORDER BY e.pk) AS pks
+              FROM outbox.export_organizations(ARRAY[(argument->>'organization')::bigint]) e
+             WHERE e.pk IS NOT NULL GROUP BY e.model) g), '{}'));
+END
+$$;
+
 CREATE OR REPLACE FUNCTION outbox._move_import(mv outbox.organization_moves) RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     st outbox.relocation_state;
-    entry jsonb;
-    taken jsonb[];
+    found_taken record;
 BEGIN
     SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = mv.relocation;
     IF NOT FOUND AND mv.mode = 'fork' THEN
@@ -657,21 +737,19 @@ BEGIN
         PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
         UPDATE outbox.relocation_state s SET keys = 'kept' WHERE s.relocation = mv.relocation
         RETURNING * INTO st;
-        FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) e LOOP
-            CONTINUE WHEN (entry->>'count')::bigint = 0;
-            taken := outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-                format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
-                       ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                       ' LIMIT 1', entry->>'pk', entry->>'qualified', entry->>'pk'),
-                ARRAY(SELECT to_jsonb(s.pk) FROM outbox.relocation_rows s
-                       WHERE s.relocation = mv.relocation AND s.model = entry->>'model'));
-            IF cardinality(taken) > 0 THEN
-                RAISE EXCEPTION 'organization % cannot move to cell %: row % of % is taken here',
-                    mv.organization, mv.to_cell, taken[1], entry->>'model'
-                    USING ERRCODE = 'unique_violation',
-                          HINT = 'A move keeps primary keys: keep each cell''s id ranges apart (its sequences), then cancel the move and start it again.';
-            END IF;
-        END LOOP;
+        -- Checked before the copy (step check); again here, for rows the
+        -- target wrote since.
+        SELECT * INTO found_taken FROM outbox._move_taken(coalesce((
+            SELECT jsonb_object_agg(g.model, g.pks) FROM (
+                SELECT s.model, jsonb_agg(s.pk) AS pks FROM outbox.relocation_rows s
+                 WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL GROUP BY s.model) g), '{}')) k
+         WHERE k.taken > 0 ORDER BY k.model LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%', outbox._move_taken_message(mv, found_taken.model, found_taken.taken,
+                                                           found_taken.first_taken)
+                USING ERRCODE = 'unique_violation',
+                      HINT = 'A move keeps primary keys: keep each cell''s id ranges apart (its sequences), then cancel the move and start it again.';
+        END IF;
         RETURN jsonb_build_object('more', true);
     END IF;
     IF outbox._import_step(mv.relocation) THEN
@@ -875,6 +953,11 @@ BEGIN
             RETURN jsonb_build_object('deleted', 0); -- never prepared here
         END IF;
         RETURN outbox._move_cancel_here(mv);
+    ELSIF operation = 'keys' THEN -- of a move's export here, or a dry run's
+        RETURN outbox._move_keys(p_relocation, argument);
+    ELSIF operation = 'taken' THEN -- read only, for any move and dry run
+        RETURN jsonb_build_object('taken', coalesce((
+            SELECT jsonb_agg(to_jsonb(k)) FROM outbox._move_taken(argument->'keys') k), '[]'));
     END IF;
     wanted := CASE WHEN operation IN ('export', 'chunk', 'changes', 'fence', 'in_flight',
                                       'drained', 'delete', 'finish') THEN 'source'
@@ -909,7 +992,8 @@ BEGIN
            SET fenced = true, fenced_at = coalesce(o.fenced_at, clock_timestamp()), step = 'fenced',
                updated_at = clock_timestamp()
          WHERE o.relocation = p_relocation;
-        RETURN jsonb_build_object('fenced', true);
+        -- Fenced by an earlier call whose answer control lost: since then.
+        RETURN jsonb_build_object('fenced', true, 'since', CASE WHEN mv.fenced THEN mv.fenced_at END);
     WHEN 'in_flight' THEN
         RETURN outbox._move_in_flight(mv);
     WHEN 'drained' THEN
@@ -961,29 +1045,17 @@ $$;
 -- On control: the move and its driver
 ------------------------------------------------------------------------------
 
--- The extension owner's, on control: moves organization root_id from the
--- cell outbox.organization_cells names to to_cell; returns the move's
--- relocation id (outbox.relocations shows it).  Control's worker does the
--- rest.  mode move keeps the primary keys; mode fork copies the
--- organization with new keys and keeps the source, as Sentry's relocation
--- does (docs/relocation.md).
-CREATE OR REPLACE FUNCTION outbox.relocate_organization(root_id bigint, to_cell text,
-    mode text DEFAULT 'move') RETURNS uuid
+-- The cell organization root_id lives in, checked as a move from there to
+-- to_cell needs: on control, both cells linked.
+CREATE OR REPLACE FUNCTION outbox._move_cells(root_id bigint, to_cell text) RETURNS text
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     from_cell text;
-    moving uuid;
-    p_relocation uuid := gen_random_uuid();
 BEGIN
     PERFORM outbox._require(root_id, 'root_id');
     PERFORM outbox._require(to_cell, 'to_cell');
-    PERFORM outbox._require(mode, 'mode');
-    IF mode NOT IN ('move', 'fork') THEN
-        RAISE EXCEPTION 'mode must be move or fork, not %', quote_literal(mode)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
     IF current_setting('outbox.silo_mode') <> 'control' THEN
         RAISE EXCEPTION 'organizations are moved from control, and this is %',
             CASE current_setting('outbox.silo_mode') WHEN 'cell' THEN 'a cell' ELSE 'a monolith' END
@@ -1009,6 +1081,32 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state',
                   HINT = 'A move goes over the links: outbox.set_cell_server(cell, server, link_role).';
     END IF;
+    RETURN from_cell;
+END
+$$;
+
+-- The extension owner's, on control: moves organization root_id from the
+-- cell outbox.organization_cells names to to_cell; returns the move's
+-- relocation id (outbox.relocations shows it).  Control's worker does the
+-- rest.  mode move keeps the primary keys; mode fork copies the
+-- organization with new keys and keeps the source, as Sentry's relocation
+-- does (docs/relocation.md).
+CREATE OR REPLACE FUNCTION outbox.relocate_organization(root_id bigint, to_cell text,
+    mode text DEFAULT 'move') RETURNS uuid
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    from_cell text;
+    moving uuid;
+    p_relocation uuid := gen_random_uuid();
+BEGIN
+    PERFORM outbox._require(mode, 'mode');
+    IF mode NOT IN ('move', 'fork') THEN
+        RAISE EXCEPTION 'mode must be move or fork, not %', quote_literal(mode)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    from_cell := outbox._move_cells(root_id, to_cell);
     SELECT o.relocation INTO moving FROM outbox.organization_moves o
      WHERE o.organization = root_id AND o.side = 'control'
        AND o.state NOT IN ('complete', 'cancelled');
@@ -1021,6 +1119,34 @@ BEGIN
     VALUES (p_relocation, root_id, 'control', mode, from_cell, to_cell, 'prepare');
     PERFORM outbox._wake_worker_at_commit();
     RETURN p_relocation;
+END
+$$;
+
+-- The extension owner's, on control: a dry run of moving organization
+-- root_id to to_cell, up front: per Organization-scoped table, the
+-- organization's rows in its cell now and how many of their primary keys
+-- to_cell has taken (a move keeping them would be refused: the move checks
+-- the same before it copies anything).  Exports the organization in its
+-- cell, in this call.
+CREATE OR REPLACE FUNCTION outbox.plan_relocation(root_id bigint, to_cell text)
+RETURNS TABLE (model text, "rows" bigint, taken bigint, first_taken bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    from_cell text := outbox._move_cells(root_id, to_cell);
+    dry_run jsonb := jsonb_build_object('relocation', gen_random_uuid(), 'organization', root_id);
+    keys jsonb;
+BEGIN
+    keys := outbox._relocation_call((SELECT c.server FROM outbox.cells c WHERE c.name = from_cell),
+                                    from_cell, 'keys', dry_run::text)::jsonb->'keys';
+    RETURN QUERY
+    SELECT t->>'model', (t->>'rows')::bigint, (t->>'taken')::bigint, (t->>'first_taken')::bigint
+      FROM jsonb_array_elements(outbox._relocation_call(
+               (SELECT c.server FROM outbox.cells c WHERE c.name = to_cell), to_cell, 'taken',
+               (dry_run || jsonb_build_object('keys', keys))::text)::jsonb->'taken') t
+     ORDER BY 1;
 END
 $$;
 
@@ -1045,7 +1171,7 @@ BEGIN
     IF mv.state <> 'moving' THEN
         RAISE EXCEPTION 'relocation % is %: only a move under way can be paused', mv.relocation,
             mv.state USING ERRCODE = 'object_not_in_prerequisite_state';
-    ELSIF mv.step NOT IN ('prepare', 'export', 'copy', 'import', 'catch_up') THEN
+    ELSIF mv.step NOT IN ('prepare', 'export', 'check', 'copy', 'import', 'catch_up') THEN
         RAISE EXCEPTION 'relocation % is at step %, past its fence: a pause would hold organization %''s writes',
             mv.relocation, mv.step, mv.organization
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -1072,12 +1198,13 @@ BEGIN
         RAISE EXCEPTION 'relocation % is no move driven from here', relocation
             USING ERRCODE = 'invalid_parameter_value',
                   HINT = 'An import resumes with CALL outbox.import_organizations (or import_users) again.';
-    ELSIF mv.state <> 'paused' THEN
-        RAISE EXCEPTION 'relocation % is %: only a paused move can be resumed', relocation, mv.state
-            USING ERRCODE = 'object_not_in_prerequisite_state';
+    ELSIF mv.state NOT IN ('paused', 'failed') THEN
+        RAISE EXCEPTION 'relocation % is %: only a paused or failed move can be resumed', relocation,
+            mv.state USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     UPDATE outbox.organization_moves o
-       SET state = 'moving', retry_at = NULL, failures = 0, updated_at = clock_timestamp()
+       SET state = 'moving', retry_at = NULL, failures = 0, error = NULL,
+           updated_at = clock_timestamp()
      WHERE o.relocation = mv.relocation;
     PERFORM outbox._wake_worker_at_commit();
 END
@@ -1137,6 +1264,7 @@ DECLARE
     answer jsonb;
     next_step text := mv.step;
     n bigint;
+    found_taken record;
 BEGIN
     CASE mv.step
     WHEN 'prepare' THEN
@@ -1150,7 +1278,31 @@ BEGIN
     WHEN 'export' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'export');
         mv.rows_total := (answer->>'rows')::bigint;
-        next_step := 'copy';
+        next_step := CASE mv.mode WHEN 'move' THEN 'check' ELSE 'copy' END;
+    WHEN 'check' THEN
+        -- Before anything is copied: the target has none of the keys.  A
+        -- key taken there fails the move, for the operator to cancel (or,
+        -- the row gone, resume).
+        n := coalesce((mv.plan->>'checked')::bigint, 0);
+        answer := outbox._move_call(mv, mv.to_cell, 'taken', jsonb_build_object('keys',
+            outbox._move_call(mv, mv.from_cell, 'keys', jsonb_build_object(
+                'first', n + 1, 'last', n + 10 * chunk_rows))->'keys'));
+        SELECT t->>'model' AS model, (t->>'taken')::bigint AS taken,
+               (t->>'first_taken')::bigint AS first_taken INTO found_taken
+          FROM jsonb_array_elements(answer->'taken') t
+         WHERE (t->>'taken')::bigint > 0 ORDER BY t->>'model' LIMIT 1;
+        IF FOUND THEN
+            UPDATE outbox.organization_moves o
+               SET state = 'failed', updated_at = clock_timestamp(),
+                   error = format('check: %s', outbox._move_taken_message(mv, found_taken.model,
+                                      found_taken.taken, found_taken.first_taken))
+             WHERE o.relocation = mv.relocation;
+            RETURN false;
+        END IF;
+        mv.plan := coalesce(mv.plan, '{}') || jsonb_build_object('checked', n + 10 * chunk_rows);
+        IF n + 10 * chunk_rows >= mv.rows_total THEN
+            next_step := 'copy';
+        END IF;
     WHEN 'copy' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'chunk', jsonb_build_object(
             'first', mv.rows_done + 1, 'last', mv.rows_done + chunk_rows));
@@ -1202,8 +1354,10 @@ BEGIN
             next_step := 'drain';
         END IF;
     WHEN 'fence' THEN
-        PERFORM outbox._move_call(mv, mv.from_cell, 'fence');
-        mv.fenced_at := clock_timestamp();
+        answer := outbox._move_call(mv, mv.from_cell, 'fence');
+        -- A step tried again after its answer was lost: the pause began at
+        -- the first fence (the source's clock).
+        mv.fenced_at := coalesce((answer->>'since')::timestamptz, clock_timestamp());
         next_step := 'in_flight';
     WHEN 'in_flight' THEN
         IF (outbox._move_call(mv, mv.from_cell, 'in_flight')->>'waiting')::int = 0 THEN

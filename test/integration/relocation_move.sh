@@ -48,13 +48,36 @@ check "a cell's relocation_peer is for control's link role only (42501)" \
 check "not even its superuser's (42501)" \
     test "$(state_of us "SELECT outbox.relocation_peer(1, 'chunk', '{}')")" = 42501
 
+echo "A key of organization 1 taken in eu: said up front, and the move refused before it copies"
+on eu -c "INSERT INTO team VALUES (2, 3, 'eu team')" >/dev/null # us's team 2 is organization 1's
+check "plan_relocation says so: 1 of organization 1's 20 team keys, 2" \
+    test "$(on control -c "SELECT model || ':' || rows || ':' || taken || ':' || first_taken FROM outbox.plan_relocation(1, 'eu') WHERE taken > 0")" = team:20:1:2
+check "  ... planning every table, every row the export finds" \
+    test "$(on control -c "SELECT count(*) || ':' || sum(rows) FROM outbox.plan_relocation(1, 'eu')")" = "9:$rows_before"
+check "  ... for the extension owner only (42501)" \
+    test "$(ON_USER=move_intruder state_of control "SELECT outbox.plan_relocation(1, 'eu')")" = 42501
+check "  ... to a cell not registered (42704)" \
+    test "$(state_of control "SELECT outbox.plan_relocation(1, 'mars')")" = 42704
+collide=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+check "the move fails at its check, naming the table and the key" \
+    wait_on control 60 "SELECT state || ' ' || step || ' ' || (error LIKE '%1 of its keys in team are taken there (the first: 2)%') FROM outbox.relocations WHERE relocation = '$collide'" "failed check true"
+check "  ... before anything is copied: eu staged nothing, imported nothing" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.relocation_rows WHERE relocation = '$collide'"):$(on eu -c "SELECT count(*) FROM team")" = 0:1
+check "  ... another move of organization 1 is refused meanwhile (55006)" \
+    test "$(state_of control "SELECT outbox.relocate_organization(1, 'eu')")" = 55006
+check "  ... resumed, it checks again and fails again" \
+    on control -c "SELECT outbox.resume_relocation('$collide')"
+check "  ... (failed again)" \
+    wait_on control 60 "SELECT state || ' ' || (error IS NOT NULL) FROM outbox.relocations WHERE relocation = '$collide'" "failed true"
+check "  ... cancelled, us takes organization 1's writes" \
+    test "$(on control -c "SELECT outbox.cancel_relocation('$collide') IS NOT NULL"):$(ON_USER=move_app state_of us "UPDATE team SET name = name WHERE id = 2")" = t:ok
+on eu -c "DELETE FROM team WHERE id = 2" >/dev/null
+check "plan_relocation finds no key taken once eu's row is gone" \
+    test "$(on control -c "SELECT count(*) FROM outbox.plan_relocation(1, 'eu') WHERE taken > 0")" = 0
+
 echo "A move under 100 writes a second"
 # Chunks of 250 rows: the copy takes long enough to see the target's fence.
 on control -c "ALTER SYSTEM SET outbox.relocation_chunk_rows = 250" -c "SELECT pg_reload_conf()" >/dev/null
-CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
-CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
-CELL_DSN_eu='host=${CELL_DIR[eu]} port=${CELL_PORT[eu]} user=move_app dbname=postgres'
-EOF
 # Organization 1 writes to its project 1, organization 2 to project 721.
 start_writer 1:1,2:721 100
 sleep 2

@@ -178,4 +178,67 @@ check "the prober saw us take the organization's writes, and then eu" \
     test "$(grep -c ' takes$' "$work/probes")" -gt 0 -a "$(grep -c '^takes ' "$work/probes")" -gt 0
 check "  ... and never both at once" \
     test "$(grep -c '^takes takes' "$work/probes")" = 0
+# Control's step transactions lost once each after the cells did their
+# part (as when control's worker dies between a cell's answer and its own
+# commit): a trigger on control's row fails the step's update once per
+# listed transition, and the step is tried again a second later.  A
+# sequence per transition counts, since the failure rolls back whatever
+# else the trigger would write.
+on control >/dev/null <<'SQL'
+CREATE TABLE public.step_faults (old_step text, new_step text, fault regclass,
+                                 PRIMARY KEY (old_step, new_step));
+CREATE FUNCTION public.lose_step() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, public AS $$
+DECLARE
+    f regclass;
+BEGIN
+    SELECT s.fault INTO f FROM public.step_faults s WHERE s.old_step = OLD.step AND s.new_step = NEW.step;
+    IF f IS NOT NULL AND nextval(f) = 1 THEN
+        RAISE EXCEPTION 'control lost the answer of step %', OLD.step;
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER lose_step BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    EXECUTE FUNCTION public.lose_step();
+CREATE FUNCTION public.fault(old_step text, new_step text) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE format('CREATE SEQUENCE public.%I', 'fault_' || old_step || '_' || new_step);
+    INSERT INTO public.step_faults VALUES (old_step, new_step, ('public.fault_' || old_step || '_' || new_step)::regclass);
+END $$;
+SQL
+fired() { # OLD NEW: the fault fired and the step was tried again
+    test "$(on control -c "SELECT last_value >= 2 FROM public.fault_$1_$2")" = t
+}
+
+echo "control's fence step lost after us fenced (organization 2): the pause counts from the first fence"
+on control -c "SELECT public.fault('fence', 'in_flight')" >/dev/null
+rows_2=$(on us -c "$(rows_of 2)")
+relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
+check "the move completes" \
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete
+check "  ... its fence step failed once, and was tried again" fired fence in_flight
+check "  ... its write pause counts from us's first fence: over the second before the retry" \
+    test "$(on control -c "SELECT write_pause >= interval '1 second' FROM outbox.relocations WHERE relocation = '$relocation2'")" = t ||
+    on control -c "SELECT write_pause FROM outbox.relocations WHERE relocation = '$relocation2'" >&2
+check "  ... every row of organization 2 in eu" test "$(on eu -c "$(rows_of 2)")" = "$rows_2"
+
+echo "every step of a move lost once on control (organization 2, back from eu to us)"
+transitions="prepare:export export:check check:copy copy:import import:import import:catch_up
+    catch_up:fence in_flight:last_catch_up last_catch_up:drain drain:switch switch:delete delete:done"
+for t in $transitions; do
+    on control -c "SELECT public.fault('${t%:*}', '${t#*:}')" >/dev/null
+done
+on control -c "SELECT setval('public.fault_fence_in_flight', 1, false)" >/dev/null # again, too
+relocation3=$(on control -c "SELECT outbox.relocate_organization(2, 'us')")
+check "the move completes" \
+    wait_on control 180 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation3'" complete ||
+    on control -c "SELECT step, error FROM outbox.relocations WHERE relocation = '$relocation3'" >&2
+lost=0
+for t in $transitions fence:in_flight; do
+    fired "${t%:*}" "${t#*:}" || { echo "  step ${t%:*} (to ${t#*:}) was not lost" >&2; lost=1; }
+done
+check "  ... each of its 13 steps lost once, and done again" test "$lost" = 0
+check "  ... organization 2 lives in us, every row of it there and none in eu" \
+    test "$(on control -c "SELECT outbox.organization_cell(2)"):$(on us -c "$(rows_of 2)"):$(on eu -c "$(rows_of 2)")" = "us:$rows_2:0"
+
 checks_done relocation_move_faults.sh
