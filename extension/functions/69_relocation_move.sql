@@ -52,11 +52,6 @@
 -- ... a minute; outbox.relocations shows the error): each call a cell
 -- takes is one transaction there, and one taken twice does nothing more.
 
--- Is a relocation statement running (outbox._run_as_table_owner)?  The
--- fence lets those writes through.
-CREATE OR REPLACE FUNCTION outbox._relocation_writing() RETURNS boolean
-    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox__relocation_writing';
-
 -- outbox._run_as_table_owner, its deletions without outbox rows: only the
 -- move's last step, removing the organization from the cell it left.
 CREATE OR REPLACE FUNCTION outbox._run_as_table_owner_uncaptured(tbl regclass, statement text,
@@ -98,97 +93,19 @@ AS $$
       FROM t
 $$;
 
--- The change log and the fence: statement triggers on each
--- Organization-scoped table (arguments: its table key, its primary key,
--- then each reference's column and parent table key), enabled ALWAYS.
--- A relocation's own statements pass.  For each move this cell takes part
--- in: the source logs the keys of every row the statement changed (whose
--- rows they are is decided when the catch-up reads them) until a statement
--- sees its fence (which refuses the organization's writes from then on:
--- the rest are not the catch-up's business); a fenced side
--- refuses a statement that changes one of the organization's rows, or
--- writes one that refers to one of them, or writes its root.  Read
--- committed, a statement that started before a fence committed does not
--- see it: the move waits for every transaction running then before its last
--- catch-up.
+-- The change log and the fence (src/relocation/move_trigger.cpp):
+-- statement triggers on each Organization-scoped table (arguments: its
+-- table key, its primary key, then each reference's column and parent
+-- table key), enabled ALWAYS.  For each move this cell takes part in: the
+-- source logs the keys of every row the statement changed until a
+-- statement sees its fence (which refuses the organization's writes from
+-- then on); a fenced side refuses a statement that changes one of the
+-- organization's rows, or writes one that refers to one of them, or writes
+-- its root.  A statement that started before a fence committed may not
+-- see it: the move waits for every transaction running then before its
+-- last catch-up.
 CREATE OR REPLACE FUNCTION outbox._move_trigger() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    m record;
-    keys_sql text;
-    hit_sql text;
-    hit bigint;
-    i int;
-BEGIN
-    IF outbox._relocation_writing() THEN
-        RETURN NULL;
-    END IF;
-    IF TG_OP = 'TRUNCATE' THEN
-        SELECT o.organization, o.from_cell, o.to_cell INTO m FROM outbox.organization_moves o
-         WHERE o.side <> 'control' AND o.state NOT IN ('complete', 'cancelled') LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'cannot truncate %: organization % is moving from cell % to cell %',
-                TG_ARGV[0], m.organization, m.from_cell, m.to_cell
-                USING ERRCODE = 'object_in_use',
-                      HINT = 'Delete the rows instead, or wait for the move to end.';
-        END IF;
-        RETURN NULL;
-    END IF;
-    keys_sql := CASE TG_OP
-        WHEN 'INSERT' THEN format('SELECT n.%I::bigint FROM pg_outbox_new n', TG_ARGV[1])
-        WHEN 'DELETE' THEN format('SELECT o.%I::bigint FROM pg_outbox_old o', TG_ARGV[1])
-        ELSE format('SELECT n.%1$I::bigint FROM pg_outbox_new n'
-                    ' UNION SELECT o.%1$I::bigint FROM pg_outbox_old o', TG_ARGV[1]) END;
-    FOR m IN SELECT o.relocation, o.organization, o.side, o.state, o.fenced, o.to_cell,
-                    o.plan->>'root' AS root
-               FROM outbox.organization_moves o
-              WHERE o.side <> 'control'
-                AND (o.fenced OR (o.side = 'source' AND o.state = 'moving'))
-                -- A source that gave the organization away holds none of its
-                -- rows any more: only its root can be written again, so its
-                -- fence costs the other tables' statements nothing.
-                AND NOT (o.side = 'source' AND o.state = 'complete'
-                         AND o.plan->>'root' <> TG_ARGV[0]) LOOP
-        IF m.side = 'source' AND m.state = 'moving' AND NOT m.fenced THEN
-            EXECUTE format('INSERT INTO outbox.move_changes (relocation, model, pk)'
-                           ' SELECT DISTINCT $1, $2, x.k FROM (%s) x(k) WHERE x.k IS NOT NULL',
-                           keys_sql)
-              USING m.relocation, TG_ARGV[0];
-        END IF;
-        CONTINUE WHEN NOT m.fenced;
-        hit_sql := format('SELECT x.k FROM (%s) x(k) WHERE (x.k = $3 AND $2 = $4) OR EXISTS ('
-                          'SELECT FROM outbox.move_members mm WHERE mm.relocation = $1'
-                          ' AND mm.model = $2 AND mm.pk = x.k AND mm.present)', keys_sql);
-        IF TG_OP <> 'DELETE' THEN
-            FOR i IN 2 .. TG_NARGS - 1 BY 2 LOOP
-                hit_sql := hit_sql || format(
-                    ' UNION ALL SELECT n.%1$I::bigint FROM pg_outbox_new n WHERE EXISTS ('
-                    'SELECT FROM outbox.move_members mm WHERE mm.relocation = $1 AND mm.model = %2$L'
-                    ' AND mm.pk = n.%1$I::bigint AND mm.present)', TG_ARGV[i], TG_ARGV[i + 1]);
-            END LOOP;
-        END IF;
-        EXECUTE hit_sql || ' LIMIT 1' INTO hit USING m.relocation, TG_ARGV[0], m.organization, m.root;
-        IF hit IS NOT NULL THEN
-            IF m.side = 'source' THEN
-                RAISE EXCEPTION 'organization % has moved to cell %', m.organization, m.to_cell
-                    USING ERRCODE = 'OBM01',
-                          DETAIL = format('Row %s of %s is the organization''s, which cell %s holds now.',
-                                          hit, TG_ARGV[0], m.to_cell),
-                          HINT = format('Send the organization''s requests to cell %s (outbox.organization_cell(%s) on control) and try again.',
-                                        m.to_cell, m.organization);
-            END IF;
-            RAISE EXCEPTION 'organization % is moving to this cell and takes no writes here yet', m.organization
-                USING ERRCODE = 'OBM01',
-                      DETAIL = format('Row %s of %s is the organization''s.', hit, TG_ARGV[0]),
-                      HINT = format('Until the move''s cutover its requests go where outbox.organization_cell(%s) on control says; try again there.',
-                                    m.organization);
-        END IF;
-    END LOOP;
-    RETURN NULL;
-END
-$$;
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_trigger';
 
 -- Does a move this cell takes part in run (its triggers must stay)?
 CREATE OR REPLACE FUNCTION outbox._moving_here() RETURNS boolean

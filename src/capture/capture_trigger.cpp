@@ -23,6 +23,7 @@
 #include "capture/uncaptured.hpp"
 #include "pg/guard.hpp"
 #include "pg/hash.hpp"
+#include "pg/transition_rows.hpp"
 #include "registry/table_meta.hpp"
 #include "settings.hpp"
 
@@ -41,20 +42,7 @@ CellTargets capture_targets(const Registry *registry) {
     return CellTargets{registry->ncells, registry->cells, false};
 }
 
-// Calls fn(slot) for every row of a transition table, in per_row memory
-// reset after each row.  The tuplestore reads in the caller's context: a
-// spilled tuplestore hands the slot tuples that the slot later frees.
-template <typename Fn>
-void for_each_row(Tuplestorestate *rows, TupleTableSlot *slot, MemoryContext per_row, Fn fn) {
-    tuplestore_rescan(rows);
-    while (tuplestore_gettupleslot(rows, true, false, slot)) {
-        MemoryContext old = MemoryContextSwitchTo(per_row);
-        fn(slot);
-        MemoryContextSwitchTo(old);
-        MemoryContextReset(per_row);
-    }
-    ExecClearTuple(slot);
-}
+using pg::for_each_row;
 
 // What an UPDATE's new row keeps of its key, by id (ids are unique).
 struct NewKey {

@@ -11,9 +11,9 @@
 // from PUBLIC): it gives the caller no more than SET ROLE to the table's
 // owner would.
 //
-// While its statement runs, outbox._relocation_writing() is true: the fence
-// of a move (69_relocation_move.sql) lets the relocation's own writes
-// through, and nobody else's.  With uncaptured (the step of a move that
+// While its statement runs, relocation_writing is true: the fence of a move
+// (relocation/move_trigger.cpp) lets the relocation's own writes through,
+// and nobody else's.  With uncaptured (the step of a move that
 // removes the organization from the cell it left), the statement's
 // changes write no outbox row (capture/uncaptured.hpp).
 //
@@ -22,6 +22,7 @@
 #include "capture/uncaptured.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
+#include "relocation/relocation_writing.hpp"
 
 extern "C" {
 #include "utils/array.h"
@@ -30,9 +31,9 @@ extern "C" {
 
 using namespace pgoutbox;
 
-namespace {
+bool pgoutbox::relocation_writing = false;
 
-bool relocation_writing = false;
+namespace {
 
 Datum run_as_table_owner(FunctionCallInfo fcinfo, bool uncaptured) {
     for (int i = 0; i < 3; i++)
@@ -104,8 +105,4 @@ OUTBOX_FUNCTION(outbox__run_as_table_owner) {
 
 OUTBOX_FUNCTION(outbox__run_as_table_owner_uncaptured) {
     return run_as_table_owner(fcinfo, true);
-}
-
-OUTBOX_FUNCTION(outbox__relocation_writing) {
-    PG_RETURN_BOOL(relocation_writing);
 }
