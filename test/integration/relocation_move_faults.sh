@@ -99,6 +99,27 @@ prober=$!
 start_writer 1:1 100
 sleep 1
 
+# The move holds itself (paused) the first time it reaches the import and
+# the catch-up, so that the faults below hit those steps however fast the
+# steps before them went.  A sequence per step counts, as below.
+on control >/dev/null <<'SQL'
+CREATE SEQUENCE public.hold_import;
+CREATE SEQUENCE public.hold_catch_up;
+CREATE FUNCTION public.hold_at_step() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, public AS $$
+BEGIN
+    IF nextval(('public.hold_' || NEW.step)::regclass) = 1 THEN
+        NEW.state := 'paused';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER hold_at_step BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    WHEN (OLD.step <> NEW.step AND NEW.step IN ('import', 'catch_up')) EXECUTE FUNCTION public.hold_at_step();
+SQL
+held_at() { # STEP: the move holds there
+    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation'" "paused $1"
+}
+
 relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
 echo "control's worker killed during the copy"
 check "the move copies" wait_step copy
@@ -114,22 +135,21 @@ cell_start eu
 done_then=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation'")
 check "  ... the copy goes on once eu is back" \
     wait_on control 60 "SELECT step <> 'copy' OR rows_done > $done_then FROM outbox.relocations WHERE relocation = '$relocation'" t
+
+echo "the target's worker killed during the import, then the target shut down"
+check "the move imports (held there)" held_at import
 # Many changes for the catch-up: every event of the organization written
 # again as it is.
 on us -c "UPDATE event e SET message = e.message FROM project p
            WHERE p.id = e.project_id AND p.organization_id = 1 AND e.message NOT LIKE 'w1-%'" >/dev/null
-
-echo "the target's worker killed during the import, then the target shut down"
-check "the move imports" wait_step import
+on control -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
 kill_worker eu
 cell_stop eu
 sleep 2
 cell_start eu
-check "  ... and goes on to the catch-up once eu is back" wait_step catch_up
+check "  ... and goes on to the catch-up once eu is back (held there)" held_at catch_up
 
 echo "the source stopped during the catch-up"
-check "the move pauses at the catch-up" \
-    on control -c "SELECT outbox.pause_relocation('$relocation')"
 check "  ... with changes left in us's change log" \
     test "$(step_of):$(on us -c "SELECT count(*) > 25 FROM outbox.move_changes WHERE relocation = '$relocation'")" = catch_up:t
 cell_stop us
