@@ -136,14 +136,25 @@ Datum int8_datum_array(const Datum *values, int n) {
                                            FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-void refuse_truncate(const char *model) {
-    static SPIPlanPtr plan = nullptr;
+// One of this file's statements (a kept plan, each with a fresh snapshot,
+// as PL/pgSQL's would be: a fence that committed after the writer's
+// statement began refuses it already) as the extension's owner, in an SPI
+// connection the caller ends with SPI_finish once it has read
+// SPI_tuptable.
+uint64 run_as_owner(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
+                    Datum *values, int expected) {
     SPI_connect();
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
-    uint64 n = pg::spi_run_kept(&plan, "looking for moves", truncate_sql, 0, nullptr, nullptr,
-                                nullptr, true, SPI_OK_SELECT);
+    uint64 n = pg::spi_run_kept(plan, what, sql, nargs, types, values, nullptr, false, expected);
     pg::run_as_end(&scope);
+    return n;
+}
+
+void refuse_truncate(const char *model) {
+    static SPIPlanPtr plan = nullptr;
+    uint64 n =
+        run_as_owner(&plan, "looking for moves", truncate_sql, 0, nullptr, nullptr, SPI_OK_SELECT);
     if (n > 0) {
         HeapTuple row = SPI_tuptable->vals[0];
         TupleDesc desc = SPI_tuptable->tupdesc;
@@ -164,14 +175,7 @@ int read_moves(const char *model, Move **moves) {
     MemoryContext caller = CurrentMemoryContext;
     Oid types[1] = {TEXTOID};
     Datum values[1] = {CStringGetTextDatum(model)};
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    // Each query with a fresh snapshot, as PL/pgSQL's would: a fence that
-    // committed after the statement began refuses it already.
-    uint64 n = pg::spi_run_kept(&plan, "looking for moves", moves_sql, 1, types, values, nullptr,
-                                false, SPI_OK_SELECT);
-    pg::run_as_end(&scope);
+    uint64 n = run_as_owner(&plan, "looking for moves", moves_sql, 1, types, values, SPI_OK_SELECT);
     MemoryContext spi = MemoryContextSwitchTo(caller);
     *moves = (Move *)palloc0(sizeof(Move) * (n + 1));
     for (uint64 i = 0; i < n; i++) {
@@ -194,32 +198,21 @@ int read_moves(const char *model, Move **moves) {
     return (int)n;
 }
 
-void log_changes(const Move *move, const char *model, const Keys *own) {
+void log_changes(const Move *move, Datum model, Datum keys) {
     static SPIPlanPtr plan = nullptr;
     Oid types[3] = {UUIDOID, TEXTOID, INT8ARRAYOID};
-    Datum values[3] = {move->relocation, CStringGetTextDatum(model),
-                       int8_datum_array(own->keys, own->n)};
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    pg::spi_run_kept(&plan, "logging a move's changes", log_sql, 3, types, values, nullptr, false,
-                     SPI_OK_INSERT);
-    pg::run_as_end(&scope);
+    Datum values[3] = {move->relocation, model, keys};
+    run_as_owner(&plan, "logging a move's changes", log_sql, 3, types, values, SPI_OK_INSERT);
     SPI_finish();
 }
 
-void check_fence(const Move *move, const Keys *pairs) {
+void check_fence(const Move *move, Datum models, Datum keys) {
     static SPIPlanPtr plan = nullptr;
     Oid types[5] = {UUIDOID, TEXTARRAYOID, INT8ARRAYOID, TEXTOID, INT8OID};
-    Datum values[5] = {move->relocation, text_array(pairs->models, pairs->n),
-                       int8_datum_array(pairs->keys, pairs->n), CStringGetTextDatum(move->root),
+    Datum values[5] = {move->relocation, models, keys, CStringGetTextDatum(move->root),
                        Int64GetDatum(move->organization)};
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    uint64 n = pg::spi_run_kept(&plan, "checking a move's fence", hit_sql, 5, types, values,
-                                nullptr, false, SPI_OK_SELECT);
-    pg::run_as_end(&scope);
+    uint64 n =
+        run_as_owner(&plan, "checking a move's fence", hit_sql, 5, types, values, SPI_OK_SELECT);
     if (n == 0) {
         SPI_finish();
         return;
@@ -275,6 +268,8 @@ OUTBOX_FUNCTION(outbox__move_trigger) {
     if ((!deleting && td->tg_newtable == nullptr) || (!inserting && td->tg_oldtable == nullptr))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox._move_trigger() needs its transition tables")));
+    if (tuplestore_tuple_count(deleting ? td->tg_oldtable : td->tg_newtable) == 0)
+        return PointerGetDatum(nullptr);
     Move *moves = nullptr;
     int nmoves = read_moves(model, &moves);
     if (nmoves == 0)
@@ -307,12 +302,15 @@ OUTBOX_FUNCTION(outbox__move_trigger) {
     ExecDropSingleTupleTableSlot(slot);
     MemoryContextDelete(per_row);
 
+    Datum own_keys = int8_datum_array(own.keys, own.n);
+    Datum pair_models = text_array(pairs.models, pairs.n);
+    Datum pair_keys = int8_datum_array(pairs.keys, pairs.n);
     for (int m = 0; m < nmoves; m++) {
         const Move *move = &moves[m];
         if (move->source && move->moving && !move->fenced && own.n > 0)
-            log_changes(move, model, &own);
+            log_changes(move, own_model, own_keys);
         if (move->fenced && pairs.n > 0)
-            check_fence(move, &pairs);
+            check_fence(move, pair_models, pair_keys);
     }
     return PointerGetDatum(nullptr);
 }
