@@ -49,6 +49,7 @@ int handler_timeout_ms = 30000;
 char *database_name = nullptr;
 bool worker_enabled = true;
 bool notify_consumers = true;
+bool wake_on_commit = true;
 int inbox_retention_s = 7 * 24 * 3600;
 int link_batch_size = 5000;
 int link_timeout_ms = 30000;
@@ -200,6 +201,11 @@ void _PG_init(void) {
         "Whether the worker NOTIFYs pg_outbox after commits that wrote outbox rows.",
         "Consumers outside the database LISTEN on it.", &notify_consumers, true, PGC_SIGHUP, 0,
         nullptr, nullptr, nullptr);
+    DefineCustomBoolVariable(
+        "outbox.wake_on_commit",
+        "Whether a commit that wrote outbox rows a handler takes wakes the worker to drain them.",
+        "Off: they wait for the worker's next cycle (outbox.naptime).", &wake_on_commit, true,
+        PGC_SIGHUP, 0, nullptr, nullptr, nullptr);
     DefineCustomIntVariable("outbox.inbox_retention",
                             "How long outbox.inbox remembers what another cluster handed over.",
                             "A batch sent again later than this would be taken twice.  0: forever.",

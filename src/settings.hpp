@@ -24,6 +24,7 @@ extern int handler_timeout_ms; // outbox.handler_timeout; 0: none
 extern char *database_name;    // outbox.database_name: where the worker runs
 extern bool worker_enabled;
 extern bool notify_consumers; // outbox.notify_consumers
+extern bool wake_on_commit;   // outbox.wake_on_commit
 extern int inbox_retention_s; // outbox.inbox_retention
 extern int link_batch_size;   // outbox.link_batch_size
 extern int link_timeout_ms;   // outbox.link_timeout

@@ -5,15 +5,13 @@
 # drained by outbox.drain() (one transaction per call) and by the background
 # worker (one transaction per batch), side by side with PgQ's consumer
 # (next_batch / get_batch_events / finish_batch) calling the same no-op per
-# event; and end-to-end lag (commit to handler) p50/p99 under a steady
-# 1,000 tx/s write load with the worker at its default naptime.
+# event.  Commit-to-handler lag is bench/latency/run.sh's.
 #
-#   bash bench/drain/run.sh        # RUNS=3 LAG_SECONDS=20
+#   bash bench/drain/run.sh        # RUNS=3
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
 RUNS=${RUNS:-3}
-LAG_SECONDS=${LAG_SECONDS:-20}
 work=$(mktemp -d)
 chmod 777 "$work"
 trap 'cluster_stop; rm -rf "$work"' EXIT
@@ -72,30 +70,6 @@ for run in $(seq "$RUNS"); do
 done
 [[ $msgs_a == 10000 && $msgs_b == 200000 && $pgq_n == 200000 ]] || { echo "counts: $msgs_a $msgs_b $pgq_n" >&2; exit 1; }
 
-# Lag: 1,000 tx/s of single-row inserts for LAG_SECONDS, worker at the
-# default naptime (1 s); the handler records commit-to-handler lag.
-q >/dev/null <<'SQL'
-CREATE TABLE member (id bigserial PRIMARY KEY, organization_id bigint NOT NULL);
-SELECT outbox.register_category('LAG', 'ORGANIZATION_SCOPE', 2);
-SELECT outbox.register_table('member', 'LAG', shard_column => 'organization_id');
-CREATE TABLE lag (ms float8);
-CREATE FUNCTION record_lag(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$
-BEGIN
-    INSERT INTO lag SELECT extract(epoch FROM clock_timestamp() - o.date_added) * 1000
-      FROM outbox.cell_outbox o
-     WHERE o.shard_identifier = msg.shard_identifier AND o.id = msg.first_id;
-END $$;
-SELECT outbox.register_handler('LAG', 'record_lag(outbox.message)');
-ALTER SYSTEM SET outbox.worker_enabled = on;
-ALTER SYSTEM RESET outbox.naptime;
-SELECT pg_reload_conf();
-SQL
-echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 999)::int);' >"$work/insert.sql"
-"$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1
-sleep 3
-read -r p50 p99 pmax nlag < <(q -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)), round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)), round(max(ms)), count(*) FROM lag")
-tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
-
 med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
 pgq_rate=$(med pgq)
 {
@@ -122,5 +96,5 @@ echo "| 200,000 events | PgQ consumer (next_batch / get_batch_events / finish_ba
 echo
 echo "Workload A coalesces 100,000 outbox rows into 10,000 messages: its rows/s is 10x its messages/s."
 echo
-echo "Lag, commit to handler, under ${tps%.*} tx/s of single-row inserts for ${LAG_SECONDS} s, worker naptime 1 s: p50 ${p50} ms, p99 ${p99} ms, max ${pmax} ms over $nlag messages."
+echo "Commit-to-handler lag: bench/latency/results.md."
 } | tee "$root/bench/drain/results.md"

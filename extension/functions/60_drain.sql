@@ -72,3 +72,20 @@ CREATE OR REPLACE FUNCTION outbox.wake_worker() RETURNS boolean
 -- that the worker does not look before the rows it is woken for are there.
 CREATE OR REPLACE FUNCTION outbox._wake_worker_at_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__wake_worker_at_commit';
+
+-- SQL that writes the outbox (outbox.receive(), retry_dead_letters(),
+-- retry_shard(), an operator), registers a handler or resumes a paused
+-- shard: the worker reads the silo's partitions again once it commits, at
+-- once with outbox.wake_on_commit (src/delivery/partition_watch.hpp).
+-- Capture and backfill write the outbox without SQL and wake the worker
+-- themselves.  A statement trigger: one call per statement.
+CREATE OR REPLACE FUNCTION outbox._drain_soon() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__drain_soon';
+CREATE OR REPLACE TRIGGER drain_soon AFTER INSERT OR UPDATE ON outbox.cell_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('cell');
+CREATE OR REPLACE TRIGGER drain_soon AFTER INSERT OR UPDATE ON outbox.control_outbox
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('control');
+CREATE OR REPLACE TRIGGER drain_soon AFTER INSERT OR UPDATE ON outbox.handlers
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('handlers');
+CREATE OR REPLACE TRIGGER drain_soon AFTER DELETE ON outbox.paused_shards
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('both');

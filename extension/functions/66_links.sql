@@ -298,9 +298,9 @@ BEGIN
                        CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
             USING present, object_identifiers;
     END IF;
-    IF n > 0 THEN
-        PERFORM outbox._wake_worker_at_commit(); -- no worker: they wait for outbox.drain()
-    END IF;
+    -- The worker drains them once this commits (the outbox's statement
+    -- trigger, outbox._drain_soon()); without one they wait for
+    -- outbox.drain().
     RETURN n;
 END
 $$;

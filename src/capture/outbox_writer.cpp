@@ -32,6 +32,13 @@ struct OutboxWriter {
     int32 counted_category;
     int64 counted_rows;
     int64 total_rows;
+    // The partitions written rows of a category that has a handler, by
+    // silo (worker_state.hpp, drain_at_commit); whether the latest
+    // category has one.
+    uint64 handled_partitions[2];
+    int32 handled_category;
+    bool handled;
+    bool handled_known;
 };
 
 static const OutboxTable *table_of(const Registry *registry, int silo) {
@@ -123,6 +130,16 @@ void outbox_writer_add(OutboxWriter *writer, Silo which, const OutboxRow *row) {
 
     // Route to the hash partition of shard_identifier, as PostgreSQL would.
     int remainder = outbox_remainder(table, row->shard_identifier);
+    if (!writer->handled_known || row->category != writer->handled_category) {
+        const Registry *registry = writer->registry;
+        writer->handled_category = row->category;
+        writer->handled_known = true;
+        writer->handled = false;
+        for (int h = 0; h < registry->nhandlers && !writer->handled; h++)
+            writer->handled = registry->handler_categories[h] == row->category;
+    }
+    if (writer->handled)
+        writer->handled_partitions[silo] |= uint64(1) << (remainder % 64);
     PartitionBuffer *buffer = &writer->buffers[silo][remainder];
     // Slots are made as the buffer grows: a one-row statement makes one.
     if (buffer->slots == nullptr)
@@ -141,6 +158,8 @@ int64 outbox_writer_finish(OutboxWriter *writer) {
         stats_count_saved(writer->counted_category, writer->counted_rows);
     if (writer->capture && writer->total_rows > 0)
         notify_consumers_at_commit();
+    for (int silo = 0; silo < 2; silo++)
+        drain_at_commit(silo, writer->handled_partitions[silo]);
     for (int silo = 0; silo < 2; silo++) {
         if (writer->buffers[silo] == nullptr)
             continue;

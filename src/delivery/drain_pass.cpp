@@ -30,6 +30,7 @@ enum PassColumn {
     PC_SCOPE,
     PC_SHARD,
     PC_CELL,
+    PC_DUE_AT,
 };
 
 // What happens to the rows of the shard the stream is in.
@@ -47,6 +48,8 @@ struct DrainPass {
     int ncategories;
     char *cell_name; // control rows of this cell only; NULL: all
     bool linked;     // a link's pass: reads the rows it delivers elsewhere
+    PassScope scope;
+    uint64 taken[2]; // the written bits it took (partition_watch.hpp)
     int silo;        // being walked: 0 cell, 1 control
     int partition;   // being walked, in by_remainder order; -1 before the first
     Oid partition_relid;
@@ -58,6 +61,14 @@ struct DrainPass {
     bool pending;          // slot holds a row that did not fit in the last batch
     SnapshotData snapshot; // what the partition was read with
     TransactionId *xip, *subxip;
+    // What the worker learns of the partition (a watched pass): whether
+    // its read was read in full (no live lease, no link taking its rows),
+    // whether a batch of it left something behind, when its first shard
+    // that waits for a backoff is due.
+    bool watch_pending;
+    bool read_whole;
+    bool left_behind;
+    TimestampTz next_due;
 
     // The shard the stream is in.
     bool in_shard;
@@ -135,6 +146,25 @@ SPIPlanPtr *read_plan(Oid partition, int kind) {
     return &read_plans[nread_plans++].plan;
 }
 
+// Whether, in the read's snapshot, rows of the silo were left out of it for
+// a while that no commit ends: a consumer's live lease (it lapses), a link
+// that takes them (it may be removed).  Paused shards are not: resuming one
+// wakes the worker (outbox._drain_soon()).
+bool rows_hidden(bool control) {
+    static SPIPlanPtr plans[2] = {nullptr, nullptr};
+    pg::spi_run_kept(
+        &plans[control ? 1 : 0], "reading the leases",
+        control ? "SELECT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'control'"
+                  " AND l.lease_until > pg_catalog.now())"
+                  " OR EXISTS (SELECT FROM outbox.cells c WHERE c.server IS NOT NULL)"
+                : "SELECT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'cell'"
+                  " AND l.lease_until > pg_catalog.now())"
+                  " OR EXISTS (SELECT FROM outbox.control_link)",
+        0, nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    bool isnull;
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
 // Reads the due rows of the next partition; false when there is none left.
 // A shard is due when any of its rows is: the window gives every row its
 // shard's earliest scheduled_for, and the rows come sorted by shard and id
@@ -145,7 +175,20 @@ bool read_next_partition(DrainPass *pass) {
     // allocates next would be freed with SPI's at the end of the call.
     MemoryContext caller = CurrentMemoryContext;
     drop_store(pass);
+    if (pass->watch_pending) {
+        // Its batches are over (each settled by the call that followed it).
+        TimestampTz again = 0;
+        if (pass->read_whole && !pass->left_behind)
+            again = Min(pass->next_due,
+                        TimestampTzPlusMilliseconds(pass->read_at, partition_trusted_ms));
+        partition_watch_read(pass->silo, pass->partition, pass->partition_relid, again,
+                             pass->left_behind);
+        pass->watch_pending = false;
+    }
+    if (pass->scope != PassScope::Unwatched && partition_watch_handlers_changed())
+        registry_forget();
     const Registry *registry = registry_get();
+    TimestampTz now = GetCurrentTimestamp();
     for (;;) {
         if (pass->partition + 1 < outbox_of(pass->silo)->nremainders) {
             pass->partition++;
@@ -157,7 +200,12 @@ bool read_next_partition(DrainPass *pass) {
                 return false;
             pass->partition = 0;
         }
-        if ((pass->categories ? pass->ncategories : registry->nhandlers) > 0)
+        // Asked first: it takes the partition's bit even when there is
+        // nothing to read for (no handler at all).
+        if (partition_watch_wants(pass->scope, registry, pass->silo, pass->partition,
+                                  outbox_of(pass->silo)->by_remainder[pass->partition].relid, now,
+                                  pass->taken) &&
+            (pass->categories ? pass->ncategories : registry->nhandlers) > 0)
             break;
     }
     bool control = pass->silo == 1;
@@ -169,18 +217,22 @@ bool read_next_partition(DrainPass *pass) {
     // pass, which alone reads the rows a link delivers to another cluster.
     bool one_cell = control && pass->cell_name != nullptr;
     int kind = (pass->categories == nullptr ? 0 : one_cell ? 2 : 1) + (pass->linked ? 3 : 0);
+    // A shard not due yet comes as its first row alone: when it is due
+    // tells the worker when to read the partition again.
     char *sql = psprintf(
         "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added,"
-        " shard_scope, shard_identifier, %s FROM ("
-        "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER (PARTITION BY %s"
-        " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) AS due_at"
-        " FROM %s o WHERE o.category = ANY ($1)%s%s%s) s WHERE due_at <= $2 ORDER BY %s, id",
-        control ? "cell_name" : "NULL::text", shard,
+        " shard_scope, shard_identifier, %s, due_at FROM ("
+        "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER w AS due_at,"
+        " pg_catalog.row_number() OVER w AS n"
+        " FROM %s o WHERE o.category = ANY ($1)%s%s%s WINDOW w AS (PARTITION BY %s"
+        " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) s"
+        " WHERE due_at <= $2 OR n = 1 ORDER BY %s, id",
+        control ? "cell_name" : "NULL::text",
         quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
                                    get_rel_name(pass->partition_relid)),
         not_held(control ? Silo::Control : Silo::Cell),
         pass->linked ? "" : linked_elsewhere(control ? Silo::Control : Silo::Cell),
-        one_cell ? " AND o.cell_name = $3" : "", shard);
+        one_cell ? " AND o.cell_name = $3" : "", shard, shard);
     int ncategories = pass->categories ? pass->ncategories : registry->nhandlers;
     const int32 *read = pass->categories ? pass->categories : registry->handler_categories;
     Datum *categories = (Datum *)palloc(sizeof(Datum) * ncategories);
@@ -211,15 +263,28 @@ bool read_next_partition(DrainPass *pass) {
     pass->store_desc = CreateTupleDescCopy(portal->tupDesc);
     pass->slot = MakeSingleTupleTableSlot(pass->store_desc, &TTSOpsMinimalTuple);
     MemoryContextSwitchTo(old);
+    pass->next_due = DT_NOEND;
     for (;;) {
         SPI_cursor_fetch(portal, true, 1000);
         if (SPI_processed == 0)
             break;
-        for (uint64 i = 0; i < SPI_processed; i++)
-            tuplestore_puttuple(pass->store, SPI_tuptable->vals[i]);
+        for (uint64 i = 0; i < SPI_processed; i++) {
+            bool isnull;
+            TimestampTz due = DatumGetTimestampTz(
+                SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, PC_DUE_AT, &isnull));
+            if (due > pass->read_at)
+                pass->next_due = Min(pass->next_due, due);
+            else
+                tuplestore_puttuple(pass->store, SPI_tuptable->vals[i]);
+        }
         SPI_freetuptable(SPI_tuptable);
     }
     SPI_cursor_close(portal);
+    if (pass->scope != PassScope::Unwatched) {
+        pass->read_whole = !rows_hidden(control);
+        pass->left_behind = false;
+        pass->watch_pending = true;
+    }
     AtEOXact_GUC(false, level); // work_mem, and whatever the read's code set
     PopActiveSnapshot();
     pass->partition_filenode = partition_filenode(pass->partition_relid);
@@ -287,7 +352,16 @@ bool next_row(DrainPass *pass) {
 void settle_last_batch(DrainPass *pass) {
     DrainBatch *batch = pass->batch;
     pass->batch = nullptr;
-    if (batch == nullptr || batch->nsegments == 0 || !pass->in_shard)
+    if (batch == nullptr || batch->nsegments == 0)
+        return;
+    bool committed = pass->batch_done;
+    if (committed && TransactionIdIsValid(pass->batch_xid))
+        committed = TransactionIdIsCurrentTransactionId(pass->batch_xid) ||
+                    TransactionIdDidCommit(pass->batch_xid);
+    for (int i = 0; i < batch->nsegments; i++)
+        pass->left_behind =
+            pass->left_behind || !committed || batch->segments[i].outcome != SegmentOutcome::Done;
+    if (!pass->in_shard)
         return;
     const DrainSegment *last = &batch->segments[batch->nsegments - 1];
     if (!same_shard(&pass->shard, last->shard.silo, last->shard.shard_scope,
@@ -296,10 +370,6 @@ void settle_last_batch(DrainPass *pass) {
     // Its deletions count only if the (sub)transaction that made them is
     // still in effect or committed: a caller may have rolled back to a
     // savepoint since, or ended the transaction with ROLLBACK.
-    bool committed = pass->batch_done;
-    if (committed && TransactionIdIsValid(pass->batch_xid))
-        committed = TransactionIdIsCurrentTransactionId(pass->batch_xid) ||
-                    TransactionIdDidCommit(pass->batch_xid);
     if (!committed || last->outcome == SegmentOutcome::Blocked)
         pass->rest = Rest::Skip;
     else if (last->outcome == SegmentOutcome::Failed)
@@ -309,7 +379,7 @@ void settle_last_batch(DrainPass *pass) {
 } // namespace
 
 DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, int ncategories,
-                            const char *cell_name, bool linked) {
+                            const char *cell_name, bool linked, PassScope scope) {
     MemoryContext context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox drain pass", ALLOCSET_DEFAULT_SIZES);
     auto *pass = (DrainPass *)MemoryContextAllocZero(context, sizeof(DrainPass));
@@ -319,6 +389,7 @@ DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, in
     pass->silos[0] = cell;
     pass->silos[1] = control;
     pass->linked = linked;
+    pass->scope = scope;
     if (categories != nullptr) {
         pass->categories =
             (int32 *)MemoryContextAlloc(context, sizeof(int32) * Max(ncategories, 1));

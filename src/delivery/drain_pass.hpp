@@ -22,6 +22,7 @@
 #pragma once
 
 #include "delivery/delivery.hpp"
+#include "delivery/partition_watch.hpp"
 
 namespace pgoutbox {
 
@@ -31,11 +32,12 @@ struct DrainPass;
 // rows of the given categories (NULL: those that have a handler), of one
 // cell when cell_name is given (control rows).  Rows that a link delivers
 // to another cluster are left out, except for a link's own pass (linked).
-// Lives in its own memory context under TopMemoryContext until
-// drain_pass_end.
+// The worker's passes read the partitions that scope says
+// (partition_watch.hpp).  Lives in its own memory context under
+// TopMemoryContext until drain_pass_end.
 DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories = nullptr,
                             int ncategories = 0, const char *cell_name = nullptr,
-                            bool linked = false);
+                            bool linked = false, PassScope scope = PassScope::Unwatched);
 
 // The next batch, of at most max_rows rows of at most max_shards shards, or
 // NULL when the pass is over.  Inside SPI; reads the next partition when the

@@ -270,6 +270,10 @@ static void load_registrations(Registry *fresh) {
         });
 }
 
+void registry_forget() {
+    registry_valid = false;
+}
+
 const Registry *registry_get() {
     ensure_callbacks();
     if (registry_valid)

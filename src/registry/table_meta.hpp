@@ -127,6 +127,11 @@ int outbox_remainder(const OutboxTable *table, int64 shard_identifier);
 
 // Valid to the end of the transaction.
 const Registry *registry_get();
+
+// The next registry_get reads the registry again: for a change whose
+// invalidation may not have arrived yet (it is sent after the commit
+// callbacks that told of it).
+void registry_forget();
 const TableMeta *table_meta_get(Relation rel);
 
 // rel as a part of the registered table root, which need no longer be its

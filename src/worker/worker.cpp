@@ -3,12 +3,17 @@
 //
 // Each cycle (every outbox.naptime, or when woken):
 //   1. drain the due shards of the local silo(s), oldest first, one
-//      transaction per shard, counting the outbox rows it scheduled;
+//      transaction per batch, counting the outbox rows it scheduled (a
+//      pass reads the partitions that may hold something to deliver:
+//      delivery/partition_watch.hpp);
 //   2. backfill with what is left of the per-minute budget
 //      (outbox.backfill_rate_per_minute, held over a minute, not per cycle),
 //      but at least outbox.backfill_min_rate_per_minute a minute:
 //      one batch per table per transaction, so the Redis cursor moves after
 //      each commit.
+// Between cycles, and between the units of work of a cycle, a commit that
+// wrote rows a handler takes starts a pass over the partitions it wrote
+// (outbox.wake_on_commit): at most one every woken_pass_ms.
 // SIGHUP reloads the GUCs.  SIGTERM (pg_terminate_backend, shutdown) ends it
 // at the next interrupt check, mid-backfill included, with exit code 1: the
 // postmaster starts it again after bgw_restart_time, and it resumes from the
@@ -27,6 +32,7 @@
 #include "delivery/compaction.hpp"
 #include "delivery/delivery.hpp"
 #include "delivery/drain_pass.hpp"
+#include "delivery/partition_watch.hpp"
 #include "handlers/handlers.hpp"
 #include "link/link.hpp"
 #include "pg/spi.hpp"
@@ -117,7 +123,10 @@ bool notify_due() {
            TimestampDifferenceExceeds(last_notify, now, notify_interval_ms);
 }
 
+void drain_woken();
+
 template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
+    drain_woken();
     MemoryContext context = CurrentMemoryContext;
     volatile bool ok = true;
     volatile bool notifying = false;
@@ -164,11 +173,16 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
     return ok;
 }
 
+// Set while a pass is under way: no other starts meanwhile.
+bool draining = false;
+
 // One pass over the due shards of the local silo(s) (delivery/drain_pass.hpp),
-// one transaction per batch.  Returns the outbox rows of the batches;
-// *delivered counts messages handed to handlers.
-int64 drain_pass(bool cell, bool control, int64 *delivered) {
-    DrainPass *pass = drain_pass_begin(cell, control);
+// one transaction per batch, over the partitions scope says.  Returns the
+// outbox rows of the batches; *delivered counts messages handed to
+// handlers.
+int64 drain_pass(bool cell, bool control, PassScope scope, int64 *delivered) {
+    draining = true;
+    DrainPass *pass = drain_pass_begin(cell, control, nullptr, 0, nullptr, false, scope);
     int64 scheduled = 0;
     for (bool more = true; more;) {
         CHECK_FOR_INTERRUPTS();
@@ -193,7 +207,71 @@ int64 drain_pass(bool cell, bool control, int64 *delivered) {
         SpinLockRelease(&worker_shared->mutex);
     }
     drain_pass_end(pass);
+    draining = false;
     return scheduled;
+}
+
+// Passes woken by commits (outbox.wake_on_commit).  At most one starts
+// every woken_pass_ms, and a pass waits after the last one at least as long
+// as that one took: a stream of commits is drained in passes of a few
+// milliseconds' commits each, not one per commit, and a stream faster than
+// the worker's passes makes them longer and fewer, each batch holding more
+// (a transaction's cost is then shared by more rows), and leaves the
+// writers at least half the worker's core.  They drain the silos the last
+// cycle drained (before the first, those of outbox.silo_mode), and what
+// they schedule counts against the backfill's budget at the next cycle.
+constexpr long woken_pass_ms = 5;
+TimestampTz woken_pass_at = 0; // when the next may start
+bool cycle_cell = false, cycle_control = false;
+int64 scheduled_between = 0;
+// Whether the extension was there at the last look: without it there is
+// nothing to drain (a pass would fail on every wake-up).
+bool extension_installed = false;
+
+bool look_for_extension() {
+    in_transaction(
+        "pg_outbox: checking the extension",
+        [] { extension_installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
+    return extension_installed;
+}
+
+// Milliseconds until a woken pass may start; -1: none is asked for.
+long woken_pass_wait(TimestampTz now) {
+    if (!wake_on_commit || !worker_enabled || !partition_watch_written(cycle_cell, cycle_control))
+        return -1;
+    // A clock stepped back: a mark more than a pause ahead counts as now.
+    if (woken_pass_at > now && TimestampDifferenceExceeds(now, woken_pass_at, naptime_ms))
+        woken_pass_at = now;
+    long secs;
+    int usecs;
+    TimestampDifference(now, woken_pass_at, &secs, &usecs);
+    return secs * 1000 + (usecs + 999) / 1000;
+}
+
+void drain_woken() {
+    if (draining || IsTransactionState())
+        return;
+    TimestampTz now = GetCurrentTimestamp();
+    if (woken_pass_wait(now) != 0)
+        return;
+    // A commit that set a bit had the extension: created since the last
+    // look, or dropped since that commit (the bits then mean nothing).
+    draining = true; // look_for_extension's transaction starts no pass
+    bool installed = extension_installed || look_for_extension();
+    draining = false;
+    if (!installed) {
+        pg_atomic_write_u64(&worker_shared->written[0], 0);
+        pg_atomic_write_u64(&worker_shared->written[1], 0);
+        return;
+    }
+    int64 delivered = 0;
+    int64 scheduled = drain_pass(cycle_cell, cycle_control, PassScope::Woken, &delivered);
+    TimestampTz end = GetCurrentTimestamp();
+    woken_pass_at = Max(TimestampTzPlusMilliseconds(now, woken_pass_ms), end + (end - now));
+    scheduled_between += scheduled;
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->rows_scheduled += scheduled;
+    SpinLockRelease(&worker_shared->mutex);
 }
 
 // Compacts the partitions of the local silo(s) that are due (delivery/
@@ -616,10 +694,11 @@ bool move_organizations() {
     return more;
 }
 
-// Returns whether it delivered anything or its cascade was cut short (then
-// the next cycle starts at once: under load the worker does not nap between
-// full cycles).
-bool cycle() {
+// Returns whether it has more to do at once: its cascade was cut short, a
+// move goes on, or (outbox.wake_on_commit off) it delivered anything, since
+// rows may have come meanwhile.  Then the next cycle starts at once.
+// requested: by outbox.wake_worker(), which reads every partition.
+bool cycle(bool requested) {
     MemoryContextReset(cycle_context);
     MemoryContext old = MemoryContextSwitchTo(cycle_context);
     TimestampTz start = GetCurrentTimestamp();
@@ -643,7 +722,9 @@ bool cycle() {
     cascade_cut_short = false;
     bool cell = silo_mode != SILO_MODE_CONTROL || receives_cell;
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
-    scheduled += drain_pass(cell, control, &delivered);
+    cycle_cell = cell;
+    cycle_control = control;
+    scheduled += drain_pass(cell, control, requested ? PassScope::All : PassScope::Due, &delivered);
     delivered += send_links(ntargets, targets);
     bool moving = silo_mode == SILO_MODE_CONTROL && move_organizations();
     retry_checks(start);
@@ -665,7 +746,8 @@ bool cycle() {
         window_used = 0;
         window_backfilled = 0;
     }
-    window_used += scheduled;
+    window_used += scheduled + scheduled_between;
+    scheduled_between = 0;
     // The cascade and the backfill share what is left: when both have work,
     // the cascade takes at most half, the backfill the rest, and the cascade
     // what the backfill did not use.
@@ -692,7 +774,7 @@ bool cycle() {
     worker_shared->backfill_paused = backfill_paused;
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
-    return delivered > 0 || cascade_cut_short || moving;
+    return (delivered > 0 && !wake_on_commit) || cascade_cut_short || moving;
 }
 
 // The worker is gone: outbox.worker_status shows it stopped.
@@ -760,8 +842,12 @@ void outbox_worker_main(Datum) {
     MemoryContext loop_context =
         AllocSetContextCreate(TopMemoryContext, "pg_outbox worker loop", ALLOCSET_SMALL_SIZES);
     ereport(LOG, (errmsg("pg_outbox worker started on database \"%s\"", database_name)));
+    // The first cycle at once: it learns which silos to drain (and reads
+    // every partition), and commits can wake passes from then on.
     bool busy = false;
-    TimestampTz next_cycle = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), naptime_ms);
+    TimestampTz next_cycle = GetCurrentTimestamp();
+    cycle_cell = silo_mode != SILO_MODE_CONTROL;
+    cycle_control = silo_mode != SILO_MODE_CELL;
     for (;;) {
         MemoryContextSwitchTo(loop_context);
         MemoryContextReset(loop_context);
@@ -773,6 +859,9 @@ void outbox_worker_main(Datum) {
             wait_ms = Min(secs * 1000 + usecs / 1000, (long)naptime_ms);
             if (pg_atomic_read_u32(&worker_shared->notify_pending) != 0)
                 wait_ms = Min(wait_ms, (long)notify_interval_ms);
+            long woken = woken_pass_wait(GetCurrentTimestamp());
+            if (woken >= 0)
+                wait_ms = Min(wait_ms, woken);
         }
         (void)WaitLatch(MyLatch, WL_LATCH_SET | WL_TIMEOUT | WL_EXIT_ON_PM_DEATH, wait_ms,
                         PG_WAIT_EXTENSION);
@@ -791,19 +880,18 @@ void outbox_worker_main(Datum) {
         if (TimestampDifferenceExceeds(now, next_cycle, naptime_ms))
             next_cycle = now;
         requested = pg_atomic_exchange_u32(&worker_shared->cycle_requested, 0) != 0 || requested;
-        if (!busy && !requested && now < next_cycle)
+        if (!busy && !requested && now < next_cycle) {
+            drain_woken();
+            (void)pgstat_report_stat(false);
             continue;
+        }
         next_cycle = TimestampTzPlusMilliseconds(now, naptime_ms);
         busy = false;
         if (!worker_enabled)
             continue;
         // No extension in this database yet: nothing to do until it is.
-        bool installed = false;
-        in_transaction(
-            "pg_outbox: checking the extension",
-            [&] { installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
-        if (installed)
-            busy = cycle();
+        if (look_for_extension())
+            busy = cycle(requested);
         // A background worker reports its table statistics itself (a
         // backend does when idle): without this, autovacuum and compaction
         // would never learn of the rows the drain deleted.  At most once a

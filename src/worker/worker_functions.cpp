@@ -7,6 +7,7 @@
 
 extern "C" {
 #include "access/xact.h"
+#include "commands/trigger.h"
 }
 
 using namespace pgoutbox;
@@ -26,7 +27,7 @@ bool wake_at_commit = false;
 
 // Runs at commit: raises no ERROR (worker_wake_for_cycle takes a spinlock
 // and sets a latch).
-void wake_on_commit(XactEvent event, void *) {
+void wake_cycle_at_commit(XactEvent event, void *) {
     if (event == XACT_EVENT_COMMIT && wake_at_commit)
         (void)worker_wake_for_cycle();
     if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
@@ -40,11 +41,40 @@ OUTBOX_FUNCTION(outbox__wake_worker_at_commit) {
     if (worker_shared == nullptr)
         PG_RETURN_VOID();
     if (!registered) {
-        RegisterXactCallback(wake_on_commit, nullptr);
+        RegisterXactCallback(wake_cycle_at_commit, nullptr);
         registered = true;
     }
     wake_at_commit = true;
     PG_RETURN_VOID();
+}
+
+// The statement trigger of SQL that writes the outboxes, registers a
+// handler or resumes a paused shard (extension/functions/60_drain.sql): its
+// argument names the silo ('cell', 'control' or 'both') whose partitions
+// the worker reads again once the transaction commits
+// (delivery/partition_watch.hpp), or 'handlers' (both, and the worker's
+// registry is read again first).  Capture and backfill write the outbox
+// without SQL and say which partitions themselves.
+OUTBOX_FUNCTION(outbox__drain_soon) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._drain_soon() is a trigger function")));
+    const Trigger *trigger = ((TriggerData *)fcinfo->context)->tg_trigger;
+    const char *silo = trigger->tgnargs == 1 ? trigger->tgargs[0] : "";
+    bool handlers = strcmp(silo, "handlers") == 0;
+    bool cell = strcmp(silo, "cell") == 0 || strcmp(silo, "both") == 0 || handlers;
+    bool control = strcmp(silo, "control") == 0 || strcmp(silo, "both") == 0 || handlers;
+    if (!cell && !control)
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._drain_soon() takes one argument: 'cell', 'control', "
+                               "'both' or 'handlers'")));
+    if (handlers)
+        handlers_changed_at_commit();
+    if (cell)
+        drain_at_commit(0, ~uint64(0));
+    if (control)
+        drain_at_commit(1, ~uint64(0));
+    return PointerGetDatum(nullptr);
 }
 
 // One row, always: without the preload the state says so and the rest is

@@ -27,21 +27,53 @@ void worker_shmem_startup() {
         SpinLockInit(&worker_shared->mutex);
         pg_atomic_init_u32(&worker_shared->notify_pending, 0);
         pg_atomic_init_u32(&worker_shared->cycle_requested, 0);
+        pg_atomic_init_u64(&worker_shared->written[0], 0);
+        pg_atomic_init_u64(&worker_shared->written[1], 0);
+        pg_atomic_init_u32(&worker_shared->handlers_changed, 0);
     }
 }
 
 namespace {
+
+void worker_set_latch() {
+    SpinLockAcquire(&worker_shared->mutex);
+    Latch *latch = worker_shared->latch;
+    SpinLockRelease(&worker_shared->mutex);
+    if (latch != nullptr)
+        SetLatch(latch);
+}
 
 // The worker NOTIFYs consumers for all the commits since its last NOTIFY.
 void ask_worker_to_notify() {
     if (worker_shared == nullptr || pg_atomic_read_u32(&worker_shared->notify_pending) != 0 ||
         pg_atomic_exchange_u32(&worker_shared->notify_pending, 1) != 0)
         return;
-    SpinLockAcquire(&worker_shared->mutex);
-    Latch *latch = worker_shared->latch;
-    SpinLockRelease(&worker_shared->mutex);
-    if (latch != nullptr)
-        SetLatch(latch);
+    worker_set_latch();
+}
+
+// The partitions this transaction wrote rows into that a handler takes, by
+// silo.  A subtransaction that rolls back leaves its bits: the worker then
+// reads a partition for nothing, once.
+uint64 written_partitions[2] = {0, 0};
+bool changed_handlers = false;
+
+// Once the commit is visible (XACT_EVENT_COMMIT comes after the procarray
+// says so): a read that starts after the worker cleared a bit sees this
+// transaction's rows.  The latch is set only when a bit was not set yet:
+// a bit already set has its wake-up on the way, so a stream of commits
+// costs the worker one wake-up per pass, not one per commit.
+void wake_for_written() {
+    if (changed_handlers)
+        pg_atomic_fetch_add_u32(&worker_shared->handlers_changed, 1);
+    bool news = false;
+    for (int silo = 0; silo < 2; silo++) {
+        uint64 bits = written_partitions[silo];
+        if (bits != 0 && (pg_atomic_read_u64(&worker_shared->written[silo]) & bits) != bits)
+            news = (pg_atomic_fetch_or_u64(&worker_shared->written[silo], bits) & bits) != bits ||
+                   news;
+    }
+    if (news && wake_on_commit)
+        worker_set_latch();
 }
 
 // The lowest transaction nesting level that wrote outbox rows and is not
@@ -52,10 +84,16 @@ bool callbacks_registered = false;
 
 // Runs at commit: raises no ERROR (a spinlock and a latch).
 void on_xact(XactEvent event, void *) {
-    if (event == XACT_EVENT_COMMIT && written_level > 0 && notify_consumers)
-        ask_worker_to_notify();
-    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE)
+    if (event == XACT_EVENT_COMMIT) {
+        wake_for_written();
+        if (written_level > 0 && notify_consumers)
+            ask_worker_to_notify();
+    }
+    if (event == XACT_EVENT_COMMIT || event == XACT_EVENT_ABORT || event == XACT_EVENT_PREPARE) {
         written_level = 0;
+        written_partitions[0] = written_partitions[1] = 0;
+        changed_handlers = false;
+    }
 }
 
 void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) {
@@ -68,19 +106,37 @@ void on_subxact(SubXactEvent event, SubTransactionId, SubTransactionId, void *) 
         written_level = 0;
 }
 
-} // namespace
-
-void notify_consumers_at_commit() {
-    if (worker_shared == nullptr)
-        return;
+void register_callbacks() {
     if (!callbacks_registered) {
         RegisterXactCallback(on_xact, nullptr);
         RegisterSubXactCallback(on_subxact, nullptr);
         callbacks_registered = true;
     }
+}
+
+} // namespace
+
+void notify_consumers_at_commit() {
+    if (worker_shared == nullptr)
+        return;
+    register_callbacks();
     int level = GetCurrentTransactionNestLevel();
     if (written_level == 0 || level < written_level)
         written_level = level;
+}
+
+void drain_at_commit(int silo, uint64 partitions) {
+    if (worker_shared == nullptr || partitions == 0)
+        return;
+    register_callbacks();
+    written_partitions[silo] |= partitions;
+}
+
+void handlers_changed_at_commit() {
+    if (worker_shared == nullptr)
+        return;
+    register_callbacks();
+    changed_handlers = true;
 }
 
 bool worker_wake_for_cycle() {

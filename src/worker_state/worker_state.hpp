@@ -51,6 +51,13 @@ struct WorkerShared {
     pg_atomic_uint32 notify_pending;
     // Set by outbox.wake_worker(): a cycle now, not at the next naptime.
     pg_atomic_uint32 cycle_requested;
+    // The outbox partitions, by silo (cell, control), that committed
+    // transactions wrote rows into that a handler takes, since the worker
+    // last read them: bit r % 64 for the partition of remainder r
+    // (delivery/partition_watch.hpp reads and clears them).
+    pg_atomic_uint64 written[2];
+    // Counts commits that changed the handlers, told before their bits.
+    pg_atomic_uint32 handlers_changed;
 };
 
 // NULL unless pg_outbox is in shared_preload_libraries.
@@ -75,6 +82,17 @@ constexpr const char *consumer_channel = "pg_outbox";
 // commit, when outbox.notify_consumers is on, the worker is asked to NOTIFY
 // consumers.  Nothing without shared_preload_libraries; never raises.
 void notify_consumers_at_commit();
+
+// This transaction wrote outbox rows that a handler takes into the
+// partitions of silo (0 cell, 1 control) whose bits are set (bit r % 64 for
+// remainder r; ~0: any of them): once it has committed, the worker drains
+// them, at once when outbox.wake_on_commit is on.  Nothing without
+// shared_preload_libraries; never raises.
+void drain_at_commit(int silo, uint64 partitions);
+
+// This transaction changed the handlers: at its commit, before its bits,
+// the count in WorkerShared moves.
+void handlers_changed_at_commit();
 
 // outbox.wake_worker(): a cycle now; false when the worker is not running.
 bool worker_wake_for_cycle();
