@@ -8,6 +8,7 @@
 #include "delivery/tombstones.hpp"
 #include "pg/spi.hpp"
 #include "stats/stats.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "utils/array.h"
@@ -22,6 +23,18 @@ namespace {
 const char *back_off_set =
     "scheduled_from = pg_catalog.now(), scheduled_for = pg_catalog.now() +"
     " LEAST(2 * GREATEST(scheduled_for - scheduled_from, interval '1 second'), interval '1 hour')";
+
+// The worker reads the shard's partition again once this commits, and so
+// learns when its backoff ends, or that it is due now (partition_watch.hpp):
+// no capture commit would tell it, and the failure may be another
+// session's (outbox.drain(), a consumer's fail()).
+void read_again_at_commit(const ShardKey *shard) {
+    const Registry *registry = registry_get();
+    const OutboxTable *table =
+        shard->silo == Silo::Cell ? &registry->cell_outbox : &registry->control_outbox;
+    int remainder = outbox_remainder(table, shard->shard_identifier);
+    drain_at_commit(shard->silo == Silo::Cell ? 0 : 1, uint64(1) << (remainder % 64));
+}
 
 } // namespace
 
@@ -184,6 +197,7 @@ void settle_batch(DrainBatch *batch, const RowNow *now_rows, const Message *mess
             int32 max_attempts;
             int32 attempts = record_error(&segment->shard, failing, errors[s], &max_attempts);
             stats->failures++;
+            read_again_at_commit(&segment->shard);
             int n = 0;
             if (max_attempts > 0 && attempts >= max_attempts) {
                 // The failing message goes to the dead letters and the rest
@@ -233,6 +247,7 @@ void fail_claimed_message(const ClaimedRows *failing_rows, int32 category, int64
     int32 max_attempts;
     int32 attempts = record_error(&segment.shard, &failed, error, &max_attempts);
     stats_count_handler_error(category);
+    read_again_at_commit(&segment.shard);
     if (max_attempts > 0 && attempts >= max_attempts) {
         // Its rows by id: a consumer's failure is rare enough for a scan
         // of the partition.
