@@ -158,7 +158,7 @@ check "under the stream, the backfill takes its 6,000 ids within 10 s" \
     q -c "SELECT now(), * FROM outbox.worker_status" -c "SELECT * FROM outbox.backfill_status" -c "SELECT state, wait_event, query, now() - state_change FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" >&2
 wait $stream
 stream=
-check "the stream went at its rate" grep -q '^tps = 29[0-9]\|^tps = 30[0-9]' "$work/pgbench.log"
+check "the stream went at its rate" grep -Eq '^tps = (2[7-9][0-9]|3[01][0-9])[.]' "$work/pgbench.log"
 check "and every change of the stream was delivered" \
     wait_for 10 "SELECT count(*) = (SELECT count(*) FROM member WHERE id >= 1000000) FROM delivered WHERE object_identifier >= 1000000" t
 # A generous bound (bench/latency measures it): a worker that waited for
@@ -167,9 +167,11 @@ check "commit to handler, p99 under 500 ms" [ "$(q -c "SELECT percentile_cont(0.
 
 # 7. Woken for rows no handler takes (SQL wrote them; there is no handler
 # at all), the worker reads nothing and sleeps again: it does not keep
-# waking up for them.
-q -c "ALTER SYSTEM SET outbox.naptime = '1min'" -c "SELECT pg_reload_conf()" \
-  -c "SELECT outbox.unregister_handler('MEMBER_UPDATE')" >/dev/null
+# waking up for them.  The backfill of 6 goes first (it would go on at the
+# next minute), and what the worker had under way settles.
+q -c "SELECT outbox.unregister_table('member')" -c "SELECT outbox.unregister_handler('MEMBER_UPDATE')" \
+  -c "ALTER SYSTEM SET outbox.naptime = '1min'" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 3
 q -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
       VALUES (0, 9, 1, 901)" >/dev/null
 sleep 1
