@@ -845,6 +845,7 @@ DECLARE
     mv outbox.organization_moves;
     p_relocation uuid;
     wanted text;
+    t record;
 BEGIN
     IF protocol IS DISTINCT FROM 1 THEN
         RAISE EXCEPTION 'relocation protocol % is not supported here (this side speaks 1)',
@@ -864,6 +865,14 @@ BEGIN
     IF operation = 'prepare' THEN
         RETURN outbox._move_prepare(link.cell_name, argument);
     ELSIF operation = 'cancel' THEN
+        -- The tables whose move triggers the cancel may drop are locked
+        -- before the move's row: a writer's trigger logs into
+        -- move_changes, whose key check waits for that row, while holding
+        -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
+        FOR t IN SELECT DISTINCT g.tgrelid::regclass AS rel FROM pg_trigger g
+                  WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure ORDER BY 1 LOOP
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', t.rel);
+        END LOOP;
         SELECT * INTO mv FROM outbox.organization_moves o
          WHERE o.relocation = p_relocation AND o.side <> 'control' FOR UPDATE;
         IF NOT FOUND THEN

@@ -167,8 +167,8 @@ check "commit to handler, p99 under 500 ms" [ "$(q -c "SELECT percentile_cont(0.
 
 # 7. Woken for rows no handler takes (SQL wrote them; there is no handler
 # at all), the worker reads nothing and sleeps again: it does not keep
-# waking up for them.  The backfill of 6 goes first (it would go on at the
-# next minute), and what the worker had under way settles.
+# waking up for them.  The backfill of section 6 goes first (it would go
+# on at the next minute), and what the worker had under way settles.
 q -c "SELECT outbox.unregister_table('member')" -c "SELECT outbox.unregister_handler('MEMBER_UPDATE')" \
   -c "ALTER SYSTEM SET outbox.naptime = '1min'" -c "SELECT pg_reload_conf()" >/dev/null
 sleep 3
