@@ -221,8 +221,35 @@ check "resume_relocation resumes it" \
     on control -c "SELECT outbox.resume_relocation('$relocation3')"
 check "  ... it copies on" \
     wait_on control 60 "SELECT rows_done > $done_at_pause FROM outbox.relocations WHERE relocation = '$relocation3'" t
-check "cancel_relocation cancels it before its cutover" \
-    on control -c "SELECT outbox.cancel_relocation('$relocation3')"
+# The cancel drops eu's move triggers while writers write: one that holds
+# project when the cancel comes, and writes a row of the organization once
+# the cancel waits for project, must not deadlock with it (its trigger's
+# move_changes row once waited for the move's row, which the cancel had
+# locked before it waited for project: seen in CI).
+mkfifo "$work/hold"
+psql -X -q -tA -v ON_ERROR_STOP=1 -h "${CELL_DIR[eu]}" -p "${CELL_PORT[eu]}" -U postgres \
+    -d postgres <"$work/hold" >"$work/held.out" 2>&1 &
+held=$!
+exec 7>"$work/hold"
+echo "BEGIN; LOCK TABLE project IN ROW EXCLUSIVE MODE; SELECT 'pid ' || pg_backend_pid();" >&7
+for _ in $(seq 50); do grep -q '^pid ' "$work/held.out" && break; sleep 0.1; done
+held_pid=$(sed -n 's/^pid //p' "$work/held.out")
+on control -c "SELECT outbox.cancel_relocation('$relocation3')" >"$work/cancel.out" 2>&1 &
+cancel=$!
+check "a cancel waits for a writer that holds project in eu" \
+    wait_on eu 30 "SELECT count(*) > 0 FROM pg_locks l WHERE l.relation = 'project'::regclass
+                     AND l.mode = 'AccessExclusiveLock' AND NOT l.granted" t
+echo "UPDATE project SET slug = slug WHERE id = (SELECT min(id) FROM project WHERE organization_id = 1);
+      COMMIT;" >&7
+exec 7>&-
+wait $held
+held_status=$?
+wait $cancel
+cancel_status=$?
+check "cancel_relocation cancels it before its cutover, and the writer's change commits ($held_pid)" \
+    test "$cancel_status:$held_status:$(grep -c ERROR "$work/cancel.out" "$work/held.out" | paste -sd,)" \
+        = "0:0:$work/cancel.out:0,$work/held.out:0" ||
+    cat "$work/cancel.out" "$work/held.out" >&2
 check "  ... cancelled" \
     test "$(on control -c "SELECT state FROM outbox.relocations WHERE relocation = '$relocation3'")" = cancelled
 check "  ... a second cancel is refused (55000)" \
