@@ -68,8 +68,8 @@ CREATE OR REPLACE FUNCTION outbox.wake_worker() RETURNS boolean
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_wake_worker';
 
 -- Wakes the worker for a cycle when this transaction commits (nothing
--- without the preload, nothing on rollback): outbox.receive() uses it, so
--- that the worker does not look before the rows it is woken for are there.
+-- without the preload, nothing on rollback): a move's steps use it, so
+-- that the worker does not look before what it is woken for is there.
 CREATE OR REPLACE FUNCTION outbox._wake_worker_at_commit() RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__wake_worker_at_commit';
 
