@@ -94,6 +94,25 @@ start_writer() { # ORGS RATE
     writer=$!
 }
 
+# show_move RELOCATION: what a move that waited in vain was doing, on
+# stderr: control's row of it, the source's and target's, the source's
+# outbox below its mark by shard, its paused shards, each worker's status.
+show_move() {
+    {
+        on control -c "SELECT 'control: ' || row_to_json(o)::text FROM outbox.organization_moves o WHERE relocation = '$1'"
+        local name
+        for name in us eu; do
+            on "$name" -c "SELECT '$name: ' || row_to_json(o)::text FROM outbox.organization_moves o WHERE relocation = '$1'"
+            on "$name" -c "SELECT '$name outbox: shard ' || shard_scope || '/' || shard_identifier || ' category ' || category || ': ' || count(*) || ' rows, ids ' || min(id) || '-' || max(id) || ', due from ' || min(scheduled_for) - now() FROM outbox.cell_outbox GROUP BY 1, shard_scope, shard_identifier, category"
+            on "$name" -c "SELECT '$name paused: ' || row_to_json(p)::text FROM outbox.paused_shards p"
+            on "$name" -c "SELECT '$name worker_status: ' || row_to_json(w)::text FROM outbox.worker_status w"
+        done
+        on control -c "SELECT 'control worker_status: ' || row_to_json(w)::text FROM outbox.worker_status w"
+        date -u '+clock: %H:%M:%S.%N'
+    } >&2 2>&1
+    return 0
+}
+
 state_of() { # NAME SQL: the SQLSTATE the statement raises there, or ok
     on "$1" -c "DO \$do\$ BEGIN EXECUTE \$q\$$2\$q\$; RAISE NOTICE 'ok';
                 EXCEPTION WHEN OTHERS THEN RAISE NOTICE '%', SQLSTATE; END \$do\$" 2>&1 |

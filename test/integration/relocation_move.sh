@@ -186,7 +186,8 @@ check "  ... still, its writes paused meanwhile" \
     test "$(on control -c "SELECT step || ' ' || (write_pause > interval '1 s') FROM outbox.relocations WHERE relocation = '$relocation2'")" = "drain true"
 on us -c "SELECT outbox.resume_shard('cell', 0, 2)" >/dev/null
 check "  ... and completes once they are delivered" \
-    wait_on control 60 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete
+    wait_on control 60 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete ||
+    show_move "$relocation2"
 sleep 1
 touch "$work/stop"
 wait "$writer"
