@@ -3,11 +3,13 @@
 completes them.  Replace handle() with your code; it must be idempotent (a
 message is delivered again when a lease ends before its completion).
 
-    OUTBOX_DSN='dbname=app user=consumer' python3 outbox_consumer.py [category ...]
+    OUTBOX_DSN='dbname=app user=consumer' python3 outbox_consumer.py [--no-listen] [category ...]
 
 Needs psycopg2 (Debian: python3-psycopg2) and a role granted CONSUME on the
 categories (outbox.grant_category).  SIGTERM or SIGINT: stops after the
 message in hand, completes what was handled and gives the rest back.
+--no-listen: poll only, for a connection through a transaction pooler
+(PgBouncer's pool_mode = transaction), where LISTEN cannot work.
 """
 import json
 import os
@@ -28,13 +30,17 @@ def handle(message):
 
 
 class Consumer:
-    def __init__(self, dsn, handle, categories=None, batch=1000, lease="30 seconds", poll=5.0):
+    def __init__(self, dsn, handle, categories=None, batch=1000, lease="30 seconds", poll=5.0,
+                 listen=True):
         self.handle, self.categories = handle, categories or None
         self.batch, self.lease, self.poll = batch, lease, poll
         self.conn = psycopg2.connect(dsn)
         self.conn.autocommit = True  # each call is its own transaction
         self.cur = self.conn.cursor()
-        self.cur.execute("LISTEN pg_outbox")  # the worker NOTIFYs after commits
+        if listen:  # the worker NOTIFYs after commits
+            # Behind a transaction pooler the LISTEN would stay on one server
+            # connection and its wake-ups reach whichever client uses it next.
+            self.cur.execute("LISTEN pg_outbox")
         self.stopping = False
 
     def stop(self, *_):
@@ -93,4 +99,7 @@ class Consumer:
 
 
 if __name__ == "__main__":
-    Consumer(os.environ.get("OUTBOX_DSN", ""), handle, sys.argv[1:]).run()
+    arguments = sys.argv[1:]
+    listen = "--no-listen" not in arguments
+    categories = [a for a in arguments if a != "--no-listen"]
+    Consumer(os.environ.get("OUTBOX_DSN", ""), handle, categories, listen=listen).run()

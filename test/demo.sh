@@ -9,8 +9,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/test/harness/cluster.sh"
 trap cluster_stop EXIT
-echo "== building and installing pg_outbox"
-install_extension "$root"
+# NO_INSTALL=1: run against the pg_outbox already installed (test/package.sh:
+# the Debian package's files).
+if [[ ${NO_INSTALL:-} != 1 ]]; then
+    echo "== building and installing pg_outbox"
+    install_extension "$root"
+fi
 redis_start
 cluster_start "outbox.database_name = postgres" "outbox.naptime = 200"
 echo "== PostgreSQL on port $PGPORT, Redis on port $REDIS_PORT"

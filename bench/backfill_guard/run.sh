@@ -8,13 +8,17 @@
 # every row delivered).
 #
 #   bash bench/backfill_guard/run.sh       # ROWS=1000000 BOUND=2000
-# Prints a Markdown table and writes it to bench/backfill_guard/results.md.
+# Prints a Markdown table and writes it to bench/backfill_guard/results.md,
+# with the hot shard's depth over time (depth.tsv, sampled every 0.1 s plus
+# the query's time), the live changes' lags (lag.tsv) and their picture
+# (depth.png) beside it.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-1000000}
 BOUND=${BOUND:-2000}
-trap 'kill $writer 2>/dev/null; cluster_stop' EXIT
+work=$(mktemp -d)
+trap 'kill $writer 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
 writer=
 
 install_extension "$root"
@@ -75,9 +79,16 @@ SQL
     local start=$(date +%s%N)
     local opened=$(q -c "SELECT clock_timestamp()")
     q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
-    until [[ $(q -c "SELECT state FROM outbox.backfill_status WHERE table_key = 'member'") == complete &&
-             $(q -c "SELECT count(*) FROM outbox.cell_outbox WHERE category = 0") == 0 ]]; do
-        sleep 0.2
+    local t depth done
+    while :; do
+        IFS='|' read -r t depth done < <(q -c "
+            SELECT round(extract(epoch FROM clock_timestamp() - '$opened')::numeric, 2),
+                   (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = 7),
+                   (SELECT state FROM outbox.backfill_status WHERE table_key = 'member') = 'complete'
+                   AND NOT EXISTS (SELECT FROM outbox.cell_outbox WHERE category = 0)")
+        printf '%s\t%s\t%s\n' "$1" "$t" "$depth" >>"$work/depth.tsv"
+        [[ $done == t ]] && break
+        sleep 0.1
     done
     local ms=$((($(date +%s%N) - start) / 1000000))
     sleep 2
@@ -85,11 +96,16 @@ SQL
     writer=
     q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '1')" \
       -c "SELECT outbox.set_processing_state('member', 0, 1)" >/dev/null
+    q -F $'\t' -c "SELECT $1, round(extract(epoch FROM made - '$opened')::numeric, 3),
+                           round(seconds::numeric * 1000, 1) FROM lag WHERE made >= '$opened' ORDER BY made" \
+        >>"$work/lag.tsv"
     q -c "SELECT $ms, count(*),
                  round(percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
                  round(percentile_cont(0.99) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
                  round(max(seconds)::numeric * 1000) FROM lag WHERE made >= '$opened'" | tr '|' ' '
 }
+echo "# bound (0: no guard), seconds since the gate opened, rows in shard 7" >"$work/depth.tsv"
+echo "# bound (0: no guard), seconds from the gate's opening to the change, its lag in ms" >"$work/lag.tsv"
 read -r off_ms off_n off_p50 off_p99 off_max <<<"$(run 0)"
 echo "without the guard: $off_ms ms, live lag p50 $off_p50 p99 $off_p99 max $off_max ms ($off_n changes)" >&2
 read -r on_ms on_n on_p50 on_p99 on_max <<<"$(run "$BOUND")"
@@ -106,7 +122,11 @@ A backfill of $ROWS rows, half of them in organisation 7, run by the worker with
 |---|---:|---:|---:|---:|---:|
 | without the guard | $off_ms | $off_n | $off_p50 | $off_p99 | $off_max |
 | \`outbox.backfill_max_shard_depth = $BOUND\` | $on_ms | $on_n | $on_p50 | $on_p99 | $on_max |
+
+The hot shard's rows over time: depth.tsv; every live change's lag: lag.tsv; both drawn in depth.png.
 MD
 )
 echo "$report"
 echo "$report" >"$root/bench/backfill_guard/results.md"
+cp "$work/depth.tsv" "$work/lag.tsv" "$root/bench/backfill_guard/"
+/usr/bin/python3 "$root/bench/plot.py" backfill_guard "$root/bench/backfill_guard"

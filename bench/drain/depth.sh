@@ -8,8 +8,12 @@
 #                that commits after each call) and by the worker;
 #   hot shard:   1,000,000 rows in one shard, drained by the worker: time,
 #                and the growth of the worker's anonymous memory (RssAnon);
-#   PgQ:         1,000,000 events through next_batch / get_batch_events /
-#                finish_batch with the same kind of no-op per event.
+#   PgQ:         at each backlog of the depth curve, as many events through
+#                next_batch / get_batch_events / finish_batch with the same
+#                kind of no-op per event (a fresh queue each time, as the
+#                outbox is emptied for each).
+# Writes depth.md and its picture depth.png (bench/plot.py) beside this
+# script.
 #
 #   bash bench/drain/depth.sh          # SIZES="200000:1000 1000000:100000 5000000:500000"
 set -euo pipefail
@@ -17,7 +21,6 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
 SIZES=${SIZES:-"200000:1000 1000000:100000 5000000:500000"}
 HOT_ROWS=${HOT_ROWS:-1000000}
-PGQ_EVENTS=${PGQ_EVENTS:-1000000}
 trap cluster_stop EXIT
 install_extension "$root"
 redis_start
@@ -66,24 +69,33 @@ by_worker() { # rows/s [peak RssAnon growth kB]
     echo $(($1 * 1000 / ms)) "$peak" "$ms"
 }
 
+by_pgq() { # events/s
+    local start got
+    q -c "SELECT pgq.drop_queue('bench', true)" -c "SELECT pgq.create_queue('bench')" \
+      -c "SELECT pgq.register_consumer('bench', 'c')" >/dev/null
+    q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $1) g" >/dev/null
+    q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
+    start=$(date +%s%N)
+    got=$(q -c "SELECT pgq_consume()")
+    local ms=$(ms_since "$start")
+    [[ $got == "$1" ]] || { echo "PgQ's consumer took $got of $1 events" >&2; exit 1; }
+    echo $(($1 * 1000 / ms))
+}
+
 # The worker starts with the server; let it settle, disabled.
 sleep 1
-declare -A sql worker
+declare -A sql worker pgq
 for size in $SIZES; do
     rows=${size%:*} shards=${size#*:}
     fill "$rows" "$shards"; sql[$size]=$(by_sql "$rows")
     fill "$rows" "$shards"; read -r r _ _ < <(by_worker "$rows"); worker[$size]=$r
-    echo "$rows rows / $shards shards: drain() ${sql[$size]}/s, worker ${worker[$size]}/s" >&2
+    q -c "TRUNCATE outbox.cell_outbox" >/dev/null
+    pgq[$size]=$(by_pgq "$rows")
+    echo "$rows rows / $shards shards: drain() ${sql[$size]}/s, worker ${worker[$size]}/s, PgQ ${pgq[$size]}/s" >&2
 done
 fill "$HOT_ROWS" 1
 read -r hot_rate hot_peak hot_ms < <(by_worker "$HOT_ROWS")
 echo "hot shard: $hot_rate/s, ${hot_ms} ms, RssAnon +${hot_peak} kB" >&2
-q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $PGQ_EVENTS) g" >/dev/null
-q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
-start=$(date +%s%N)
-got=$(q -c "SELECT pgq_consume()")
-pgq_rate=$((got * 1000 / $(ms_since "$start")))
-echo "pgq: $pgq_rate/s" >&2
 
 first=${SIZES%% *}
 {
@@ -93,14 +105,16 @@ echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:
 echo
 echo "No-op PL/pgSQL handler, distinct objects, autovacuum on, outbox.drain_batch_size $(q -c 'SHOW outbox.drain_batch_size'); one run, all in one script."
 echo
-echo "| backlog | shards | drain() rows/s | vs first | worker rows/s | vs first | worker vs PgQ |"
-echo "|---:|---:|---:|---:|---:|---:|---:|"
+echo "PgQ: as many events as the backlog's rows, in a fresh queue, drained by its consumer in the same run."
+echo
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", a/b}'; }
+echo "| backlog | shards | drain() rows/s | vs first | worker rows/s | vs first | PgQ events/s | vs first | worker vs PgQ |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for size in $SIZES; do
     rows=${size%:*} shards=${size#*:}
-    echo "| $rows | $shards | ${sql[$size]} | $(awk -v a="${sql[$size]}" -v b="${sql[$first]}" 'BEGIN{printf "%.2f", a/b}') | ${worker[$size]} | $(awk -v a="${worker[$size]}" -v b="${worker[$first]}" 'BEGIN{printf "%.2f", a/b}') | $(awk -v a="${worker[$size]}" -v b="$pgq_rate" 'BEGIN{printf "%.2f", a/b}') |"
+    echo "| $rows | $shards | ${sql[$size]} | $(ratio "${sql[$size]}" "${sql[$first]}") | ${worker[$size]} | $(ratio "${worker[$size]}" "${worker[$first]}") | ${pgq[$size]} | $(ratio "${pgq[$size]}" "${pgq[$first]}") | $(ratio "${worker[$size]}" "${pgq[$size]}") |"
 done
 echo
 echo "Hot shard: $HOT_ROWS rows in one shard, drained by the worker in $((hot_ms / 1000)).$(((hot_ms % 1000) / 100)) s ($hot_rate rows/s); the worker's anonymous memory (RssAnon) grew by at most $((hot_peak / 1024)) MB."
-echo
-echo "PgQ consumer, $PGQ_EVENTS events, same machine, same run: $pgq_rate events/s."
 } | tee "$root/bench/drain/depth.md"
+/usr/bin/python3 "$root/bench/plot.py" drain "$root/bench/drain"

@@ -96,16 +96,17 @@ start_writer() { # ORGS RATE
 
 # show_move RELOCATION: what a move that waited in vain was doing, on
 # stderr: control's row of it, the source's and target's, the source's
-# outbox below its mark by shard, its paused shards, each worker's status.
+# outbox by shard, its paused shards, each worker's and link's status.
 show_move() {
     {
         on control -c "SELECT 'control: ' || row_to_json(o)::text FROM outbox.organization_moves o WHERE relocation = '$1'"
         local name
         for name in us eu; do
             on "$name" -c "SELECT '$name: ' || row_to_json(o)::text FROM outbox.organization_moves o WHERE relocation = '$1'"
-            on "$name" -c "SELECT '$name outbox: shard ' || shard_scope || '/' || shard_identifier || ' category ' || category || ': ' || count(*) || ' rows, ids ' || min(id) || '-' || max(id) || ', due from ' || min(scheduled_for) - now() FROM outbox.cell_outbox GROUP BY 1, shard_scope, shard_identifier, category"
+            on "$name" -c "SELECT format('$name outbox: shard %s/%s category %s: %s rows, ids %s-%s, due in %s', shard_scope, shard_identifier, category, count(*), min(id), max(id), min(scheduled_for) - now()) FROM outbox.cell_outbox GROUP BY shard_scope, shard_identifier, category"
             on "$name" -c "SELECT '$name paused: ' || row_to_json(p)::text FROM outbox.paused_shards p"
             on "$name" -c "SELECT '$name worker_status: ' || row_to_json(w)::text FROM outbox.worker_status w"
+            on "$name" -c "SELECT '$name link_status: ' || row_to_json(s)::text FROM outbox.link_status s"
         done
         on control -c "SELECT 'control worker_status: ' || row_to_json(w)::text FROM outbox.worker_status w"
         date -u '+clock: %H:%M:%S.%N'
