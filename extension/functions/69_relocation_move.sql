@@ -476,6 +476,58 @@ BEGIN
 END
 $$;
 
+-- lift (target): the tombstones of parents in the other silo that the
+-- organization's rows here refer to are walked again by this cell's
+-- cascade (their ids renewed, above its tombstone watermark).  This cell
+-- may have recorded and walked one before the rows came, finding no child:
+-- a user deleted in control while its member's organization moved, whose
+-- member the source's cascade had not deleted before its fence (which then
+-- refused it) would stay here an orphan (test/integration/
+-- relocation_cascade.sh; found by the soak).  The references are read as
+-- each table's owner.  Returns the tombstones renewed.
+CREATE OR REPLACE FUNCTION outbox._move_walk_tombstones_again(mv outbox.organization_moves)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    entry jsonb;
+    fk record;
+    refs bigint[];
+    n bigint;
+    renewed bigint := 0;
+BEGIN
+    FOR entry IN SELECT e.value FROM outbox.relocation_state s, jsonb_array_elements(s.plan) e
+                  WHERE s.relocation = mv.relocation LOOP
+        FOR fk IN SELECT f.relid, f.column_name, f.parent_table, f.parent_silo
+                    FROM outbox.registered_foreign_keys f
+                   WHERE f.relid = (entry->>'relid')::oid LOOP
+            refs := ARRAY(SELECT DISTINCT (r OPERATOR(pg_catalog.#>>) '{}')::bigint FROM unnest(
+                outbox._run_as_table_owner(fk.relid,
+                    format('SELECT pg_catalog.to_jsonb(t.%1$I) FROM %2$s t WHERE t.%1$I IS NOT NULL'
+                           ' AND t.%3$I OPERATOR(pg_catalog.=) ANY (SELECT'
+                           ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
+                           fk.column_name, entry->>'qualified', entry->>'pk'),
+                    ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
+                           WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                             AND mm.present))) r);
+            CONTINUE WHEN cardinality(refs) = 0;
+            -- A deleted control row is a cell tombstone (cascade.cpp).
+            IF fk.parent_silo = 'control' THEN
+                UPDATE outbox.cell_tombstone t SET id = DEFAULT
+                 WHERE t.table_name = fk.parent_table AND t.object_identifier = ANY (refs);
+            ELSE
+                UPDATE outbox.control_tombstone t SET id = DEFAULT
+                 WHERE t.table_name = fk.parent_table AND t.object_identifier = ANY (refs);
+            END IF;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            renewed := renewed + n;
+        END LOOP;
+    END LOOP;
+    RETURN renewed;
+END
+$$;
+
 -- delete (source, after the cutover): the organization's rows, children
 -- first, limit at a time, as each table's owner, without outbox rows; the
 -- first call clears the references of cycles (which point from a table to
@@ -957,6 +1009,9 @@ BEGIN
     WHEN 'apply' THEN
         RETURN outbox._move_apply(mv, argument->'changes');
     WHEN 'lift' THEN
+        IF mv.step <> 'lifted' THEN
+            PERFORM outbox._move_walk_tombstones_again(mv);
+        END IF;
         UPDATE outbox.organization_moves o
            SET fenced = false, state = 'complete', step = 'lifted',
                lifted_at = coalesce(o.lifted_at, clock_timestamp()),
