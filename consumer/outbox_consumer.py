@@ -70,9 +70,11 @@ class Consumer:
         for row in rows:
             message = dict(zip(COLUMNS, row))
             claim = message["claim"]
+            if claim in failed:
+                continue  # the rest of a failed shard waits; fail() ended its claim
             handled.setdefault(claim, 0)
-            if claim in failed or self.stopping:
-                continue  # the rest of a failed shard waits; on stop, given back
+            if self.stopping:
+                continue  # given back
             try:
                 self.handle(message)
             except Exception as error:  # the shard backs off, as after a handler's error
