@@ -18,7 +18,8 @@ source "$root/test/harness/cluster.sh"
 ROWS=${ROWS:-1000000}
 BOUND=${BOUND:-2000}
 work=$(mktemp -d)
-trap 'kill $writer 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
+# kill fails when no writer runs: under set -e that would end the trap before cluster_stop.
+trap 'kill $writer 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
 writer=
 
 install_extension "$root"
@@ -55,6 +56,16 @@ SELECT outbox.register_table('member', 'member_update', 'cell', shard_column => 
                              replication_version => 2);
 SQL
 
+sample() { # guard opened: records the hot shard's depth; true once every backfilled row is delivered
+    local t depth finished
+    IFS="|" read -r t depth finished < <(q -c "
+        SELECT round(extract(epoch FROM clock_timestamp() - '$2')::numeric, 2),
+               (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = 7),
+               (SELECT state FROM outbox.backfill_status WHERE table_key = 'member') = 'complete'
+               AND NOT EXISTS (SELECT FROM outbox.cell_outbox WHERE category = 0)")
+    printf '%s\t%s\t%s\n' "$1" "$t" "$depth" >>"$work/depth.tsv"
+    [[ $finished == t ]]
+}
 run() { # guard
     # Each run starts from a clean outbox: a partition that the run before
     # left full of dead rows would be compacted during this one, and its
@@ -78,24 +89,19 @@ SQL
     sleep 2
     local start=$(date +%s%N)
     local opened=$(q -c "SELECT clock_timestamp()")
+    sample "$1" "$opened" || true # the shard as the gate opens
     q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
-    local t depth done
-    while :; do
-        IFS='|' read -r t depth done < <(q -c "
-            SELECT round(extract(epoch FROM clock_timestamp() - '$opened')::numeric, 2),
-                   (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = 7),
-                   (SELECT state FROM outbox.backfill_status WHERE table_key = 'member') = 'complete'
-                   AND NOT EXISTS (SELECT FROM outbox.cell_outbox WHERE category = 0)")
-        printf '%s\t%s\t%s\n' "$1" "$t" "$depth" >>"$work/depth.tsv"
-        [[ $done == t ]] && break
-        sleep 0.1
-    done
+    until sample "$1" "$opened"; do sleep 0.1; done
     local ms=$((($(date +%s%N) - start) / 1000000))
     sleep 2
     kill $writer 2>/dev/null; wait $writer 2>/dev/null || true
     writer=
+    # Gate closed, cursor at the start of version 2: awaiting_option, so
+    # nothing runs until the next run opens the gate.  A cursor at version 1
+    # would be a pending backfill to version 1 under that gate: the whole
+    # table again, between the runs, into the next run's first seconds.
     q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '1')" \
-      -c "SELECT outbox.set_processing_state('member', 0, 1)" >/dev/null
+      -c "SELECT outbox.set_processing_state('member', 0, 2)" >/dev/null
     q -F $'\t' -c "SELECT $1, round(extract(epoch FROM made - '$opened')::numeric, 3),
                            round(seconds::numeric * 1000, 1) FROM lag WHERE made >= '$opened' ORDER BY made" \
         >>"$work/lag.tsv"
@@ -114,7 +120,7 @@ echo "with the guard: $on_ms ms, live lag p50 $on_p50 p99 $on_p99 max $on_max ms
 report=$(cat <<MD
 # pg_outbox hot-shard guard benchmark
 
-$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $(q -c "SHOW server_version") | \`bash bench/backfill_guard/run.sh\` ROWS=$ROWS BOUND=$BOUND
+$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | PostgreSQL $(q -c "SHOW server_version") | \`bash bench/backfill_guard/run.sh\` ROWS=$ROWS BOUND=$BOUND
 
 A backfill of $ROWS rows, half of them in organisation 7, run by the worker with the budget lifted, while a live writer changes a row of organisation 7 every 20 ms.  Lag: from the change to its handler, for the changes made after the gate opened.  Total: from opening the gate to every backfilled row delivered.
 

@@ -27,8 +27,8 @@
 #                        change.
 #   pgq                  PgQ's C trigger pgq.logutriga('bench').
 #
-# Writes bench/capture/results.md (and results_raw.tsv, the raw timings) and
-# prints the same Markdown to stdout.
+# Writes bench/capture/results.md (and results_raw.tsv, the raw timings, and
+# capture.png, their picture) and prints the same Markdown to stdout.
 set -euo pipefail
 
 ROWS=${ROWS:-200000}
@@ -420,4 +420,5 @@ python3 "$HERE/report.py" "$RAW" "$LAYOUT" \
     --pgbench-seconds "$PGBENCH_SECONDS" --pgbench-rounds "$PGBENCH_ROUNDS" \
     --wall "$WALL" >"$HERE/results.md"
 cat "$HERE/results.md"
+/usr/bin/python3 "$ROOT/bench/plot.py" capture "$HERE"
 log "done in ${WALL}s; wrote $HERE/results.md"

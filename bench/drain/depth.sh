@@ -70,14 +70,14 @@ by_worker() { # rows/s [peak RssAnon growth kB]
 }
 
 by_pgq() { # events/s
-    local start got
+    local start got ms
     q -c "SELECT pgq.drop_queue('bench', true)" -c "SELECT pgq.create_queue('bench')" \
       -c "SELECT pgq.register_consumer('bench', 'c')" >/dev/null
     q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $1) g" >/dev/null
     q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
     start=$(date +%s%N)
     got=$(q -c "SELECT pgq_consume()")
-    local ms=$(ms_since "$start")
+    ms=$(ms_since "$start")
     [[ $got == "$1" ]] || { echo "PgQ's consumer took $got of $1 events" >&2; exit 1; }
     echo $(($1 * 1000 / ms))
 }

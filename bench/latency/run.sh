@@ -168,6 +168,8 @@ for rate in 1000 5000; do
     done
 done
 echo
+echo "Every lag, in bins 4.7% wide: lags.tsv; their curves: lags.png."
+echo
 echo "## The idle worker"
 echo
 echo "| outbox | worker CPU, % of a core over ${IDLE_SECONDS} s |"
