@@ -322,12 +322,16 @@ def control_writer(rng):
             conn.commit()
             writes["users"] += 1
         except psycopg2.Error as e:
-            # Broken by a fault: the commit may or may not have happened;
-            # the checker reads control's table as it ends up, so either is
-            # fine, but a deletion's set must then be confirmed.
-            conn = None
+            # Broken by a fault, the commit may or may not have happened:
+            # the checker reads control's table as it ends up.  An error of
+            # the server's (a lock timeout) is said and the writer goes on.
             if e.pgcode is not None:
-                raise
+                say("control writer: %s" % str(e).strip().splitlines()[0])
+            try:
+                conn.close()
+            except (psycopg2.Error, AttributeError):
+                pass
+            conn = None
             time.sleep(0.5)
             continue
         if rng.random() < 0.3:
@@ -347,7 +351,9 @@ def add_member(rng):
             return
         except psycopg2.Error as e:
             if e.pgcode not in (None, "OBM01"):
-                raise
+                say("control writer: a member of organization %d: %s" % (
+                    org, str(e).strip().splitlines()[0]))
+                return
             time.sleep(0.2)
 
 
