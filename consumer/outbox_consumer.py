@@ -31,8 +31,10 @@ def handle(message):
 
 class Consumer:
     def __init__(self, dsn, handle, categories=None, batch=1000, lease="30 seconds", poll=5.0,
-                 listen=True):
-        self.handle, self.categories = handle, categories or None
+                 listen=True, silo=None):
+        # silo: 'cell' or 'control'; None, the database's own (outbox.silo_mode).  A
+        # control database takes the cells' messages its links received with 'cell'.
+        self.handle, self.categories, self.silo = handle, categories or None, silo
         self.batch, self.lease, self.poll = batch, lease, poll
         self.conn = psycopg2.connect(dsn)
         self.conn.autocommit = True  # each call is its own transaction
@@ -62,8 +64,8 @@ class Consumer:
     def consume_batch(self):
         """Claims, handles and completes one batch; returns the messages claimed."""
         self.cur.execute(
-            "SELECT " + ", ".join(COLUMNS) + " FROM outbox.claim(%s, %s, %s)",
-            (self.batch, self.lease, self.categories))
+            "SELECT " + ", ".join(COLUMNS) + " FROM outbox.claim(%s, %s, %s, %s)",
+            (self.batch, self.lease, self.categories, self.silo))
         rows = self.cur.fetchall()
         handled = {}  # claim -> messages handled, in claim order
         failed = set()

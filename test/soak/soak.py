@@ -11,22 +11,27 @@ For SOAK_MINUTES, on three clusters (control, us, eu) and a Redis:
     it adds members of even users in the organizations' cells;
   - team's replication version is raised in both cells: a backfill with
     its cursor in Redis;
+  - two consumers outside (test/soak/consumer.py) take teams' and events'
+    messages in control, started again whenever they die;
   - organization 1 moves from us to eu, then back;
   - an operator pauses and resumes shards, and retries them;
-  - faults at random from the seed: SIGKILL of a worker, immediate
+  - faults at random from the seed: SIGKILL of a worker or a consumer, immediate
     shutdown and restart of a cluster, a cell stopped for a while, Redis
     killed and restarted, a snapshot held, a lock held on project.
 Then the faults stop, everything drains, and the checker reads each side:
   1. every replica equals its source: control's last message of each
-     project, organization and team has the row's values in the cell that
-     holds it; each cell's last message of each user has control's name,
-     and each deleted user a tombstone there;
+     project and organization (its handler's) and of each team (its
+     consumer's) has the row's values in the cell that holds it; each event
+     the writer wrote and nobody deleted reached its consumer; each cell's
+     last message of each user has control's name, and each deleted user a
+     tombstone there;
   2. per object, the versions applied never go backwards nor come twice
      (renamed-<k> and u<id>-v<k> strictly growing in applied order);
   3. in-database handlers apply each outbox row in exactly one message:
      per (cell, category, object) the [first_id, last_id] ranges of the
      messages applied are disjoint; links hand each row over once: no
-     sender's row id in two batches of an inbox;
+     sender's row id in two batches of an inbox; consumers take a row
+     again only after the lease of its earlier delivery ended;
   4. nothing is left in any outbox (the operator made no dead letters);
   5. the cascade left no orphan: no member of a deleted user;
   6. no backend crashed: no "terminated by signal" in a server log but
@@ -146,13 +151,15 @@ def redis_kill():
 def draw_schedule(rng):
     events = []
     scale = DURATION / 1200.0  # a 20-minute run holds things as the issue says
-    fault_kinds = ["kill_worker", "restart", "stop_cell", "redis", "snapshot", "lock"]
+    fault_kinds = ["kill_worker", "kill_consumer", "restart", "stop_cell", "redis", "snapshot",
+                   "lock"]
     n_faults = max(6, int(DURATION / 20))
     end = DURATION * 0.85
     for _ in range(n_faults):
         at = rng.uniform(DURATION * 0.05, end)
         kind = rng.choice(fault_kinds)
-        target = rng.choice(CLUSTERS if kind in ("kill_worker", "restart", "snapshot")
+        target = rng.choice(list(CONSUMERS) if kind == "kill_consumer" else
+                            CLUSTERS if kind in ("kill_worker", "restart", "snapshot")
                             else ["us", "eu"])
         hold = {"stop_cell": max(10.0, 60 * scale), "snapshot": max(20.0, 120 * scale),
                 "lock": rng.uniform(2, 8), "redis": rng.uniform(1, 5)}.get(kind, 0.0)
@@ -183,6 +190,11 @@ def fault(kind, target, hold):
             except ProcessLookupError:
                 pass
         say("fault: SIGKILL of %s's worker (%s)" % (target, pid))
+    elif kind == "kill_consumer":
+        process = consumers.get(target)
+        if process is not None and process.poll() is None:
+            process.kill()
+        say("fault: SIGKILL of the %s consumer" % target)
     elif kind == "restart":
         say("fault: immediate shutdown and restart of %s" % target)
         cluster_stop(target)
@@ -284,6 +296,28 @@ def run_schedule(events):
         threads.append(t)
     for t in threads:
         t.join()
+
+
+# The consumers: each started again whenever it dies (a SIGKILL, its
+# connection broken by a fault), until the checks.
+CONSUMERS = {"team": "TEAM_UPDATE", "event": "EVENT_UPDATE"}
+consumers = {}
+consumers_stop = threading.Event()
+
+
+def run_consumer(name):
+    consumer_env = dict(env, NAME=name, CATEGORY=CONSUMERS[name], LEASE="10 seconds",
+                        OUTBOX_DSN=dsn("control", "soak_consumer"), RECORD_DSN=dsn("control"))
+    err = open("%s/consumer_%s.err" % (WORK, name), "a")
+    while not consumers_stop.is_set():
+        consumers[name] = subprocess.Popen([sys.executable, ROOT + "/test/soak/consumer.py"],
+                                           env=consumer_env, stdout=subprocess.DEVNULL, stderr=err)
+        while consumers[name].poll() is None and not consumers_stop.is_set():
+            time.sleep(0.5)
+        if consumers[name].poll() is None:
+            consumers[name].terminate()
+            consumers[name].wait()
+        consumers_stop.wait(1)
 
 
 # The control writer: users (odd ones may be deleted) and members.
@@ -399,6 +433,31 @@ def check(description, problems):
         print("ok - %s" % description, flush=True)
 
 
+def last_consumed(category):
+    rows = query("control", "SELECT DISTINCT ON (object) object, payload FROM consumed"
+                            " WHERE category = %s ORDER BY object, n DESC", (category,))
+    return {r[0]: r[1] for r in rows}
+
+
+def check_consumers():
+    problems = []
+    rows = query("control", "SELECT coalesce(cell, ''), category, object, first_id, last_id, at,"
+                            " lease_until FROM consumed ORDER BY 1, 2, 3, 4, n")
+    again = 0
+    previous = None
+    for cell, category, obj, first, last, at, lease_until in rows:
+        key = (cell, category, obj)
+        if previous and previous[0] == key and first <= previous[1]:
+            again += 1
+            if at < previous[2]:
+                problems.append("%s: rows %d-%d taken again at %s, its lease until %s" % (
+                    key, first, last, at, previous[2]))
+        previous = (key, max(last, previous[1]) if previous and previous[0] == key else last,
+                    lease_until)
+    check("consumers took a row again only after its lease ended (%d messages, %d again)" %
+          (len(rows), again), problems)
+
+
 def last_applied(cluster, category):
     rows = query(cluster, "SELECT DISTINCT ON (object) object, payload FROM applied"
                           " WHERE category = %s ORDER BY object, n DESC", (category,))
@@ -409,7 +468,8 @@ def check_replicas():
     cell_of = dict(query("control", "SELECT organization, cell FROM outbox.organization_cells"))
     for category, table, column in ((5, "project", "slug"), (0, "organization", "slug"),
                                     (6, "team", "name")):
-        applied = last_applied("control", category)
+        applied = (last_applied("control", category) if category != 6
+                   else last_consumed("TEAM_UPDATE"))
         problems = []
         for cell in ("us", "eu"):
             org_column = "id" if table == "organization" else "organization_id"
@@ -424,6 +484,15 @@ def check_replicas():
                     problems.append("%s %d: %s has %r, control's last message %r" %
                                     (table, key, cell, value, got))
         check("control's last message of every %s has the cell's row" % table, problems)
+    consumed = {r[0] for r in query("control", "SELECT DISTINCT object FROM consumed"
+                                         " WHERE category = 'EVENT_UPDATE'")}
+    problems = []
+    for cell in ("us", "eu"):
+        for event, org in query(cell, "SELECT e.id, p.organization_id FROM event e"
+                                      " JOIN project p ON p.id = e.project_id WHERE e.message LIKE 'w%%'"):
+            if cell_of.get(org) == cell and event not in consumed:
+                problems.append("event %d in %s: never consumed" % (event, cell))
+    check("every event the writer wrote reached its consumer", problems)
     users = dict(query("control", "SELECT id, name FROM auth_user"))
     for cell in ("us", "eu"):
         applied = last_applied(cell, 1)
@@ -519,7 +588,17 @@ def check_logs():
     check("no backend crashed (%d kills injected)" % len(killed_pids), problems)
 
 
+def end_children(*_):
+    """Redis, the writer and the consumers are this process's: they go with it."""
+    consumers_stop.set()
+    for process in [redis] + list(consumers.values()):
+        if process is not None and process.poll() is None:
+            process.kill()
+    sys.exit(1)
+
+
 def main():
+    signal.signal(signal.SIGTERM, end_children)
     rng = random.Random(SEED)
     events = draw_schedule(rng)
     print("schedule (seed %d):" % SEED)
@@ -533,6 +612,8 @@ def main():
                       STOP=WORK + "/stop")
     writer = subprocess.Popen([sys.executable, ROOT + "/test/harness/move_writer.py"], env=writer_env,
                               stderr=open(WORK + "/writer.err", "w"))
+    for name in CONSUMERS:
+        threading.Thread(target=run_consumer, args=(name,), daemon=True).start()
     users = threading.Thread(target=control_writer, args=(random.Random(SEED + 1),), daemon=True)
     users.start()
     schedule = threading.Thread(target=run_schedule, args=(events,), daemon=True)
@@ -568,9 +649,12 @@ def main():
     check_replicas()
     check_versions()
     check_exactly_once()
+    check_consumers()
     check_outboxes()
     check_logs()
+    consumers_stop.set()
     redis_kill()
+    print("messages consumed: %s" % one("control", "SELECT count(*) FROM consumed"))
     print("messages applied: %s" % ", ".join(
         "%s %s" % (c, one(c, "SELECT count(*) FROM applied")) for c in CLUSTERS))
     print("seed %d: %d passed, %d failed" % (SEED, passed, failed))
