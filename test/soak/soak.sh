@@ -32,8 +32,9 @@ ALTER SYSTEM SET outbox.redis_key_prefix = '$cell:';
 SELECT pg_reload_conf();
 SQL
 done
-for cell in us eu; do
-    on "$cell" >/dev/null <<'SQL' || exit 1
+# The handlers record each message's ids (applied's columns from cells.sh).
+for name in control us eu; do
+    on "$name" >/dev/null <<'SQL' || exit 1
 ALTER TABLE applied ADD first_id bigint, ADD last_id bigint, ADD coalesced int;
 CREATE OR REPLACE FUNCTION apply(m outbox.message) RETURNS void LANGUAGE sql AS $$
     INSERT INTO applied (category, object, payload, cell, first_id, last_id, coalesced)
@@ -41,6 +42,10 @@ CREATE OR REPLACE FUNCTION apply(m outbox.message) RETURNS void LANGUAGE sql AS 
             m.coalesced) $$;
 SELECT outbox.register_category('TEAM_UPDATE', 'Organization', 6);
 SELECT outbox.register_category('EVENT_UPDATE', 'Organization', 8);
+SQL
+done
+for cell in us eu; do
+    on "$cell" >/dev/null <<'SQL' || exit 1
 SELECT outbox.register_table('team', 'TEAM_UPDATE', 'cell', shard_column => 'organization_id',
                              payload_columns => '{name}');
 SELECT outbox.register_table('event', 'EVENT_UPDATE', 'cell', shard_column => 'project_id',
@@ -50,13 +55,6 @@ SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
 SQL
 done
 on control >/dev/null <<'SQL' || exit 1
-ALTER TABLE applied ADD first_id bigint, ADD last_id bigint, ADD coalesced int;
-CREATE OR REPLACE FUNCTION apply(m outbox.message) RETURNS void LANGUAGE sql AS $$
-    INSERT INTO applied (category, object, payload, cell, first_id, last_id, coalesced)
-    VALUES (m.category, m.object_identifier, m.payload, m.cell_name, m.first_id, m.last_id,
-            m.coalesced) $$;
-SELECT outbox.register_category('TEAM_UPDATE', 'Organization', 6);
-SELECT outbox.register_category('EVENT_UPDATE', 'Organization', 8);
 -- Teams and events go to consumers outside (test/soak/consumer.py).
 CREATE TABLE consumed (n bigserial, consumer text, category text, object bigint, payload jsonb,
                        cell text, first_id bigint, last_id bigint, claim bigint,
