@@ -5,6 +5,7 @@
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS move_trigger_test;
 CREATE DATABASE move_trigger_test;
+ALTER DATABASE move_trigger_test SET outbox.redis_key_prefix = 'move_trigger_test:';
 \c move_trigger_test
 CREATE EXTENSION pg_outbox;
 DROP ROLE IF EXISTS mt_app;

@@ -104,6 +104,21 @@ SELECT outbox.requeue_dead_letters();
 SELECT count(*) AS left_dead FROM outbox.dead_letters;
 DELETE FROM outbox.cell_outbox;
 
+-- A message requeued while newer rows of its object wait in the shard: the
+-- requeued rows come after them, and a message's payload is its newest
+-- row's, so they take the newest waiting payload (0.9.0 before issue 34
+-- delivered the dead letter's older one and the newer state was lost).
+TRUNCATE seen;
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 30, 0, 31, '{"name": "old"}'), (0, 30, 0, 32, '{"name": "other old"}');
+SELECT outbox.skip_message('cell', 0, 30, 0, 31), outbox.skip_message('cell', 0, 30, 0, 32);
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 30, 0, 31, '{"name": "new"}');
+SELECT outbox.requeue_dead_letters();
+SELECT outbox.drain('cell');
+SELECT object_identifier, name FROM seen ORDER BY n;
+TRUNCATE seen;
+
 -- The control silo: shards per cell.
 INSERT INTO member VALUES (1, 5);
 SELECT outbox.pause_shard('control', 0, 5, 'us');

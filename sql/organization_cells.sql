@@ -4,6 +4,7 @@
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS organization_cells_test;
 CREATE DATABASE organization_cells_test;
+ALTER DATABASE organization_cells_test SET outbox.redis_key_prefix = 'organization_cells_test:';
 \c organization_cells_test
 CREATE EXTENSION pg_outbox;
 DROP ROLE IF EXISTS oc_app;

@@ -5,6 +5,7 @@
 SET client_min_messages = warning;
 DROP DATABASE IF EXISTS relocation_test;
 CREATE DATABASE relocation_test;
+ALTER DATABASE relocation_test SET outbox.redis_key_prefix = 'relocation_test:';
 \c relocation_test
 SET client_min_messages = warning;
 CREATE EXTENSION pg_outbox;

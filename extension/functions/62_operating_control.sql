@@ -183,21 +183,41 @@ BEGIN
         END IF;
     END IF;
     -- Rows of a shard enter in outbox_id order, so they take ascending ids.
+    -- They come after the rows waiting there, and a message's payload is its
+    -- newest row's: when newer rows of the object wait, they take the newest
+    -- waiting payload, never bringing back an older state over it.
     WITH moved AS (
         DELETE FROM outbox.dead_letters d WHERE ids IS NULL OR d.id = ANY (ids) RETURNING d.*
     ), cell AS (
         INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category,
                                         object_identifier, payload, date_added)
-        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier, m.payload,
+        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier,
+               CASE WHEN w.found THEN w.payload ELSE m.payload END,
                m.date_added
-          FROM moved m WHERE m.silo = 'cell' ORDER BY m.outbox_id, m.id
+          FROM moved m
+          LEFT JOIN LATERAL (SELECT w.payload, true AS found FROM outbox.cell_outbox w
+                              WHERE w.shard_scope = m.shard_scope
+                                AND w.shard_identifier = m.shard_identifier
+                                AND w.category = m.category
+                                AND w.object_identifier = m.object_identifier
+                              ORDER BY w.id DESC LIMIT 1) w ON true
+         WHERE m.silo = 'cell' ORDER BY m.outbox_id, m.id
         RETURNING 1
     ), control AS (
         INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category,
                                            object_identifier, payload, date_added, cell_name)
-        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier, m.payload,
+        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier,
+               CASE WHEN w.found THEN w.payload ELSE m.payload END,
                m.date_added, m.cell_name
-          FROM moved m WHERE m.silo = 'control' ORDER BY m.outbox_id, m.id
+          FROM moved m
+          LEFT JOIN LATERAL (SELECT w.payload, true AS found FROM outbox.control_outbox w
+                              WHERE w.shard_scope = m.shard_scope
+                                AND w.shard_identifier = m.shard_identifier
+                                AND w.cell_name = m.cell_name
+                                AND w.category = m.category
+                                AND w.object_identifier = m.object_identifier
+                              ORDER BY w.id DESC LIMIT 1) w ON true
+         WHERE m.silo = 'control' ORDER BY m.outbox_id, m.id
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM cell) + (SELECT count(*) FROM control) INTO n;

@@ -3,6 +3,8 @@
 #include "settings.hpp"
 
 extern "C" {
+#include "access/xlog.h"
+#include "miscadmin.h"
 #include "storage/fd.h"
 #include "storage/latch.h"
 #include "storage/proc.h"
@@ -22,7 +24,7 @@ redisContext *connection = nullptr;
 // Set while a command is in flight: still set at the next call means an
 // interrupt (cancel, timeout) left the protocol state unknown.
 bool in_flight = false;
-char connected_to[256] = ""; // host:port/db of the live connection
+char connected_to[1024] = ""; // host:port/db of the live connection
 LocalTransactionId checked_in = InvalidLocalTransactionId;
 
 void drop_connection() {
@@ -158,6 +160,53 @@ bool password(char *buffer, size_t size, Error *error) {
     return true;
 }
 
+// Claims the key prefix for this database, or finds it claimed by this
+// database already (see redis_client.hpp).
+bool claim_prefix(Error *error) {
+    const char *prefix = redis_key_prefix ? redis_key_prefix : "";
+    char *key = psprintf("%soutbox_database", prefix);
+    char self[64];
+    snprintf(self, sizeof self, UINT64_FORMAT ":%u", GetSystemIdentifier(), MyDatabaseId);
+    bool ok = false;
+    // Twice: the claim may be deleted between our SET NX and GET.
+    for (int attempt = 0; attempt < 2 && !ok; attempt++) {
+        const char *set[] = {"SET", key, self, "NX"};
+        redisReply *reply;
+        if (!command(&reply, error, 4, set))
+            break;
+        ok = reply->type == REDIS_REPLY_STATUS;
+        freeReplyObject(reply);
+        if (ok)
+            break;
+        const char *get[] = {"GET", key};
+        if (!command(&reply, error, 2, get))
+            break;
+        if (reply->type == REDIS_REPLY_STRING) {
+            char owner[128];
+            strlcpy(owner, reply->str, Min(sizeof owner, reply->len + 1));
+            ok = strcmp(owner, self) == 0;
+            if (!ok) {
+                snprintf(error->message, sizeof error->message,
+                         "Redis at %s:%d db %d, key prefix \"%s\": these keys belong to another "
+                         "database (%s); this database is %s",
+                         redis_host, redis_port, redis_db, prefix, owner, self);
+                snprintf(error->hint, sizeof error->hint,
+                         "Two databases must not share backfill cursors and watermarks: give "
+                         "each its own outbox.redis_key_prefix or outbox.redis_db.  If that "
+                         "database is gone, or was this one before pg_upgrade or a restore, "
+                         "delete Redis key \"%s\".",
+                         key);
+                error->sqlerrcode = ERRCODE_OBJECT_IN_USE;
+                freeReplyObject(reply);
+                break;
+            }
+        }
+        freeReplyObject(reply);
+    }
+    pfree(key);
+    return ok;
+}
+
 bool connect(Error *error) {
     char secret[256];
     if (!password(secret, sizeof secret, error))
@@ -203,15 +252,21 @@ bool connect(Error *error) {
             return false;
         }
     }
+    if (!claim_prefix(error)) {
+        drop_connection();
+        return false;
+    }
     return true;
 }
 
 // A usable connection to the configured server, checked once per transaction.
 bool ensure_connection(Error *error) {
-    char target[256];
+    char target[1024];
     // A changed password file takes effect on the next connection.
-    snprintf(target, sizeof target, "%s:%d/%d/%s", redis_host, redis_port, redis_db,
-             redis_password_file ? redis_password_file : "");
+    // And a changed key prefix is claimed anew.
+    snprintf(target, sizeof target, "%s:%d/%d/%s/%s", redis_host, redis_port, redis_db,
+             redis_password_file ? redis_password_file : "",
+             redis_key_prefix ? redis_key_prefix : "");
     if (connection != nullptr && (in_flight || strcmp(target, connected_to) != 0))
         drop_connection();
     if (connection == nullptr) {
@@ -276,8 +331,10 @@ char *get_or_error(const char *key) {
     Error error;
     char *value;
     if (!get(key, &value, &error))
-        ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("%s", error.message),
-                        errdetail("Reading backfill cursor \"%s\".", key)));
+        ereport(ERROR,
+                (errcode(error.sqlerrcode != 0 ? error.sqlerrcode : ERRCODE_CONNECTION_FAILURE),
+                 errmsg("%s", error.message), errdetail("Reading backfill cursor \"%s\".", key),
+                 error.hint[0] != '\0' ? errhint("%s", error.hint) : 0));
     return value;
 }
 

@@ -12,6 +12,16 @@
 // and made anew on next use; on first use in each transaction it is checked
 // with PING.
 //
+// Each connection first claims the key prefix for its database: Redis key
+// <outbox.redis_key_prefix>outbox_database holds "<system identifier>:<database
+// oid>" of the first database that connected with that prefix (SET NX), and
+// every other database is refused with an error naming both.  Two databases
+// sharing a prefix would share every backfill cursor and cascade watermark:
+// one moves the other's cursor past rows it never wrote (issue 34's soak).
+// The system identifier survives a standby's promotion and a restart, so a
+// failover keeps the claim; pg_upgrade and a restore from a dump make a new
+// one, and the hint says to delete the key then.
+//
 // These functions report failure through their return value and an error
 // buffer, never with ereport (apart from CHECK_FOR_INTERRUPTS), so the
 // post-commit path can turn a failure into a WARNING.  Messages name
@@ -24,6 +34,10 @@ namespace pgoutbox::redis {
 
 struct Error {
     char message[512];
+    // Set for a failure that is no connection failure (the prefix claimed by
+    // another database): its SQLSTATE and a hint.
+    int sqlerrcode = 0;
+    char hint[512] = "";
 };
 
 // GET key: true on success; *value is NULL for a missing key, else a palloc'd

@@ -64,7 +64,7 @@ check "backfill cursor and state" [ "$(p low_bound),$(p state)" = "12.0,1.0" ]
 check "lag quantiles present" [ "$(p lag)" = "True" ]
 
 # Counters are per database: another database's capture leaves these alone.
-q -c "CREATE DATABASE other" >/dev/null
+q -c "CREATE DATABASE other" -c "ALTER DATABASE other SET outbox.redis_key_prefix = 'other:'" >/dev/null
 q -d other >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
 SELECT outbox.register_scope('S', 0);

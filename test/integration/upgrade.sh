@@ -92,7 +92,7 @@ check "a fresh install is described ($(wc -l <"$CLUSTER_DIR/fresh.txt") lines)" 
 for version in $versions; do
     [[ $version == "$latest" ]] && continue
     db="from_${version//./_}"
-    q -d postgres -c "CREATE DATABASE $db" >/dev/null
+    q -d postgres -c "CREATE DATABASE $db" -c "ALTER DATABASE $db SET outbox.redis_key_prefix = '$db:'" >/dev/null
     out=$(q -d "$db" <<SQL
 CREATE EXTENSION pg_outbox VERSION '$version';
 SELECT outbox.register_scope('S', 0);

@@ -11,10 +11,16 @@ For SOAK_MINUTES, on three clusters (control, us, eu) and a Redis:
     it adds members of even users in the organizations' cells;
   - team's replication version is raised in both cells: a backfill with
     its cursor in Redis;
-  - two consumers outside (test/soak/consumer.py) take teams' and events'
-    messages in control, started again whenever they die;
+  - a label writer in the cells: COPY of new labels, upserts (both
+    branches), updates, deletions, and now and then a TRUNCATE of a cell's
+    labels;
+  - three consumers outside (test/soak/consumer.py) take teams', events'
+    and labels' messages in control, started again whenever they die; the
+    labels' one reads each label again from the cells into a replica;
   - organization 1 moves from us to eu, then back;
-  - an operator pauses and resumes shards, and retries them;
+  - an operator pauses and resumes shards, retries them, and sets an
+    event's message aside (skip_message) and puts it back
+    (requeue_dead_letters);
   - faults at random from the seed: SIGKILL of a worker or a consumer, immediate
     shutdown and restart of a cluster, a cell stopped for a while, Redis
     killed and restarted, a snapshot held, a lock held on project.
@@ -24,9 +30,11 @@ Then the faults stop, everything drains, and the checker reads each side:
      consumer's) has the row's values in the cell that holds it; each event
      the writer wrote and nobody deleted reached its consumer; each cell's
      last message of each user has control's name, and each deleted user a
-     tombstone there;
+     tombstone there; the label consumer's replica equals the cells'
+     labels;
   2. per object, the versions applied never go backwards nor come twice
-     (renamed-<k> and u<id>-v<k> strictly growing in applied order);
+     (renamed-<k> and u<id>-v<k> strictly growing in applied order; the
+     labels the consumer read, never backwards);
   3. in-database handlers apply each outbox row in exactly one message:
      per (cell, category, object) the [first_id, last_id] ranges of the
      messages applied are disjoint; links hand each row over once: no
@@ -40,7 +48,7 @@ The schedule (faults, operator, moves) is drawn from SOAK_SEED before the
 run starts and printed; the same seed gives the same schedule.  A broken
 invariant prints the objects involved; the last line is
 "N passed, M failed"."""
-import json
+import io
 import os
 import random
 import signal
@@ -99,8 +107,8 @@ def query(cluster, sql, args=None, retry_for=120):
             time.sleep(0.5)
 
 
-def one(cluster, sql, args=None):
-    rows = query(cluster, sql, args)
+def one(cluster, sql, args=None, retry_for=120):
+    rows = query(cluster, sql, args, retry_for)
     return rows[0][0] if rows else None
 
 
@@ -166,7 +174,7 @@ def draw_schedule(rng):
         events.append((round(at, 1), "fault", kind, target, round(hold, 1)))
     for _ in range(max(2, int(DURATION / 60))):
         at = rng.uniform(DURATION * 0.05, end)
-        events.append((round(at, 1), "operator", rng.choice(["pause", "retry"]),
+        events.append((round(at, 1), "operator", rng.choice(["pause", "retry", "skip"]),
                        rng.choice(["us", "eu"]), round(rng.uniform(2, 15), 1)))
     events.append((round(DURATION * 0.1, 1), "backfill", "team", "us", 0.0))
     events.append((round(DURATION * 0.15, 1), "backfill", "team", "eu", 0.0))
@@ -243,11 +251,48 @@ def operate(kind, cell, hold):
             stop.wait(hold)
             query(cell, "SELECT outbox.resume_shard('cell', %s, %s)", (scope, shard), retry_for=600)
             say("operator: resumed %s's shard %d" % (cell, shard))
+        elif kind == "skip":
+            skip_and_requeue(hold)
         else:
             n = one(cell, "SELECT outbox.retry_shard('cell', %s, %s)", (scope, shard))
             say("operator: retried %s's shard %d (%s rows made due)" % (cell, shard, n))
     except psycopg2.Error as e:
         say("operator: %s on %s failed: %s" % (kind, cell, str(e).strip().splitlines()[0]))
+
+
+def skip_and_requeue(hold):
+    """The operator sets an event's message waiting in control aside
+    (skip_message: its rows go to the dead letters) and puts it back hold
+    seconds later (requeue_dead_letters); the event must still reach its
+    consumer.  (Events only: a requeued message comes after newer ones with
+    its old payload, docs/operating.md, and an event is never changed.)"""
+    # A shard of events paused for two seconds, so that messages wait in it.
+    scope = one("control", "SELECT id FROM outbox.scopes WHERE name = 'Organization'")
+    shard = random.Random(SEED + int(hold * 10)).choice(
+        [1, 721, one("eu", "SELECT min(id) FROM project WHERE organization_id = 3")])
+    try:
+        query("control", "SELECT outbox.pause_shard('cell', %s, %s)", (scope, shard))
+        stop.wait(2)
+        event = one("control", "SELECT object_identifier FROM outbox.cell_outbox"
+                               " WHERE shard_scope = %s AND shard_identifier = %s AND category = 8"
+                               " ORDER BY id DESC LIMIT 1", (scope, shard))
+        n = (one("control", "SELECT outbox.skip_message('cell', %s, %s, 8, %s)",
+                 (scope, shard, event)) if event is not None else 0)
+    finally:
+        query("control", "SELECT outbox.resume_shard('cell', %s, %s)", (scope, shard),
+              retry_for=600)
+    if event is None:
+        say("operator: no event waiting in control's shard %d to skip" % shard)
+        return
+    ids = [r[0] for r in query("control", "SELECT id FROM outbox.dead_letters WHERE silo = 'cell'"
+                                          " AND category = 8 AND object_identifier = %s", (event,))]
+    say("operator: skipped event %d's message in control (%s rows, dead letters %s) for %.0f s"
+        % (event, n, ids, hold))
+    stop.wait(hold)
+    if ids:
+        n = one("control", "SELECT outbox.requeue_dead_letters(%s::bigint[])", (ids,), retry_for=600)
+        say("operator: requeued event %d's dead letters (%s rows)" % (event, n))
+
 
 
 def backfill(table, cell):
@@ -300,14 +345,15 @@ def run_schedule(events):
 
 # The consumers: each started again whenever it dies (a SIGKILL, its
 # connection broken by a fault), until the checks.
-CONSUMERS = {"team": "TEAM_UPDATE", "event": "EVENT_UPDATE"}
+CONSUMERS = {"team": "TEAM_UPDATE", "event": "EVENT_UPDATE", "label": "LABEL_UPDATE"}
 consumers = {}
 consumers_stop = threading.Event()
 
 
 def run_consumer(name):
     consumer_env = dict(env, NAME=name, CATEGORY=CONSUMERS[name], LEASE="10 seconds",
-                        OUTBOX_DSN=dsn("control", "soak_consumer"), RECORD_DSN=dsn("control"))
+                        OUTBOX_DSN=dsn("control", "soak_consumer"), RECORD_DSN=dsn("control"),
+                        REPLICA="1" if name == "label" else "0")
     err = open("%s/consumer_%s.err" % (WORK, name), "a")
     while not consumers_stop.is_set():
         consumers[name] = subprocess.Popen([sys.executable, ROOT + "/test/soak/consumer.py"],
@@ -389,6 +435,77 @@ def add_member(rng):
                     org, str(e).strip().splitlines()[0]))
                 return
             time.sleep(0.2)
+
+
+# The label writer: in the cell that holds the organization (control's
+# organization_cell()), COPY of new labels, upserts (either branch), updates,
+# deletions, and now and then a TRUNCATE of a cell's labels.  A label's name
+# is "l<id>-v<k>", k growing with each write tried (an attempt whose outcome a
+# fault hid uses up its k).  Ids from each cell's sequence, us from 1,000,001,
+# eu from 6,000,001 (a move keeps them).
+label_version = {}
+
+
+def label_writer(rng):
+    conns = {}
+    while not stop.is_set():
+        org = rng.choice([1, 2, 3])
+        cell = None
+        try:
+            cell = one("control", "SELECT outbox.organization_cell(%s)", (org,), retry_for=5)
+            if cell not in conns:
+                conns[cell] = psycopg2.connect(dsn(cell))
+            conn = conns[cell]
+            with conn.cursor() as c:
+                r = rng.random()
+                c.execute("SELECT id FROM label WHERE organization_id = %s ORDER BY random() LIMIT 1",
+                          (org,))
+                found = c.fetchone()
+                if r < 0.3 or found is None:
+                    c.execute("SELECT nextval('label_id_seq') FROM generate_series(1, %s)",
+                              (rng.randint(1, 5),))
+                    ids = [row[0] for row in c.fetchall()]
+                    data = "".join("%d\t%d\tl%d-v0\n" % (i, org, i) for i in ids)
+                    for i in ids:
+                        label_version[i] = 0
+                    c.copy_expert("COPY label (id, organization_id, name) FROM STDIN",
+                                  io.StringIO(data))
+                    op = "copy"
+                elif r < 0.997:
+                    label = found[0]
+                    k = label_version.get(label, 0) + 1
+                    label_version[label] = k
+                    if r < 0.6:
+                        c.execute("INSERT INTO label VALUES (%s, %s, %s) ON CONFLICT (id)"
+                                  " DO UPDATE SET name = excluded.name",
+                                  (label, org, "l%d-v%d" % (label, k)))
+                        op = "upsert"
+                    elif r < 0.88:
+                        c.execute("UPDATE label SET name = %s WHERE id = %s",
+                                  ("l%d-v%d" % (label, k), label))
+                        op = "update"
+                    else:
+                        c.execute("DELETE FROM label WHERE id = %s", (label,))
+                        op = "delete"
+                else:
+                    c.execute("TRUNCATE label")
+                    op = "truncate"
+            conn.commit()
+            writes["labels " + op] = writes.get("labels " + op, 0) + 1
+            if op == "truncate":
+                say("label writer: TRUNCATE label in %s" % cell)
+        except psycopg2.Error as e:
+            if e.pgcode is not None and e.pgcode != "OBM01":
+                say("label writer: %s" % str(e).strip().splitlines()[0])
+            conn = conns.pop(cell, None)
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg2.Error:
+                    pass
+            stop.wait(0.5)
+            continue
+        stop.wait(0.05)
 
 
 # Waiting for everything to drain once the faults stopped.
@@ -511,6 +628,39 @@ def check_replicas():
               " tombstone" % cell, problems)
 
 
+def check_labels():
+    """The label consumer's replica equals the cells' labels, each in the
+    cell that holds its organization; the versions it read never went
+    backwards."""
+    cell_of = dict(query("control", "SELECT organization, cell FROM outbox.organization_cells"))
+    source = {}
+    problems = []
+    for cell in ("us", "eu"):
+        for label, org, name in query(cell, "SELECT id, organization_id, name FROM label"):
+            if cell_of.get(org) != cell:
+                problems.append("label %d of organization %d in %s, which lives in %s" %
+                                (label, org, cell, cell_of.get(org)))
+            source[label] = (org, name)
+    replica = {r[0]: (r[1], r[2]) for r in query("control", "SELECT id, organization_id, name"
+                                                          " FROM label_replica")}
+    for label in sorted(set(source) | set(replica)):
+        if source.get(label) != replica.get(label):
+            problems.append("label %d: cells %r, the consumer's replica %r" % (
+                label, source.get(label), replica.get(label)))
+    check("the label consumer's replica equals the cells' %d labels" % len(source), problems)
+    problems = []
+    last = {}
+    for obj, name in query("control", "SELECT object, payload->>'name' FROM consumed"
+                                      " WHERE category = 'LABEL_UPDATE' ORDER BY n"):
+        if name is None:
+            continue
+        k = int(name.rsplit("-v", 1)[1])
+        if k < last.get(obj, -1):
+            problems.append("label %d: v%d read after v%d" % (obj, k, last[obj]))
+        last[obj] = k
+    check("the label consumer never read a label's versions backwards", problems)
+
+
 def check_versions():
     problems = []
     last = {}
@@ -616,6 +766,8 @@ def main():
         threading.Thread(target=run_consumer, args=(name,), daemon=True).start()
     users = threading.Thread(target=control_writer, args=(random.Random(SEED + 1),), daemon=True)
     users.start()
+    labels = threading.Thread(target=label_writer, args=(random.Random(SEED + 2),), daemon=True)
+    labels.start()
     schedule = threading.Thread(target=run_schedule, args=(events,), daemon=True)
     schedule.start()
     time.sleep(DURATION)
@@ -630,23 +782,32 @@ def main():
     open(WORK + "/stop", "w").close()
     writer.wait(timeout=120)
     users.join(timeout=60)
+    labels.join(timeout=60)
     for c in ("us", "eu"):  # a pause still in force when the run ended
         query(c, "SELECT outbox.resume_shard(silo, shard_scope, shard_identifier,"
                  " nullif(cell_name, '')) FROM outbox.paused_shards")
     deadline = time.monotonic() + 600
     why = settled()
     while why and time.monotonic() < deadline:
+        # As an operator would once the cause is gone: shards that backed
+        # off while a cell was down (the label consumer's) are due now.
+        for c in CLUSTERS:
+            query(c, "SELECT outbox.retry_shard(silo, shard_scope, shard_identifier, cell_name)"
+                     " FROM outbox.shard_depth WHERE state = 'backed_off'")
         time.sleep(2)
         why = settled()
     say("settled" if not why else "not settled after 600 s: %s" % why)
     with open(writer_log) as f:
         acknowledged = sum(1 for line in f if "\trefused\t" not in line)
     print("writes: %d acknowledged by the organizations' writer (%s), %d users' and %d members'"
-          " by the control writer; moves: %s" % (
+          " by the control writer, labels' %s; moves: %s" % (
               acknowledged, WORK + "/writer.err", writes["users"], writes["members"],
+              ", ".join("%s %d" % (k[len("labels "):], v) for k, v in sorted(writes.items())
+                        if k.startswith("labels ")),
               query("control", "SELECT relocation || ' ' || state FROM outbox.relocations")))
     check("everything drained once the faults stopped", [why] if why else [])
     check_replicas()
+    check_labels()
     check_versions()
     check_exactly_once()
     check_consumers()

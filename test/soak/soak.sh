@@ -42,6 +42,7 @@ CREATE OR REPLACE FUNCTION apply(m outbox.message) RETURNS void LANGUAGE sql AS 
             m.coalesced) $$;
 SELECT outbox.register_category('TEAM_UPDATE', 'Organization', 6);
 SELECT outbox.register_category('EVENT_UPDATE', 'Organization', 8);
+SELECT outbox.register_category('LABEL_UPDATE', 'Organization', 9);
 SQL
 done
 for cell in us eu; do
@@ -52,6 +53,17 @@ SELECT outbox.register_table('event', 'EVENT_UPDATE', 'cell', shard_column => 'p
                              payload_columns => '{message}');
 CREATE INDEX ON member (user_id);
 SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
+-- Labels: written by COPY, upserts, updates, deletions and now and then a
+-- TRUNCATE (soak.py's label writer); their consumer reads each label again
+-- from the cells, as Sentry's handlers read the object a message names.
+CREATE TABLE label (id bigserial PRIMARY KEY,
+                    organization_id bigint NOT NULL REFERENCES organization, name text);
+CREATE INDEX ON label (organization_id);
+SELECT outbox.set_relocation_scope('label', '{Organization}');
+SELECT outbox.register_table('label', 'LABEL_UPDATE', 'cell', shard_column => 'organization_id',
+                             payload_columns => '{name}');
+CREATE ROLE soak_reader LOGIN;
+GRANT SELECT ON label TO soak_reader;
 SQL
 done
 on control >/dev/null <<'SQL' || exit 1
@@ -62,10 +74,15 @@ CREATE TABLE consumed (n bigserial, consumer text, category text, object bigint,
 CREATE ROLE soak_consumer LOGIN;
 SELECT outbox.grant_category('TEAM_UPDATE', 'soak_consumer', 'CONSUME');
 SELECT outbox.grant_category('EVENT_UPDATE', 'soak_consumer', 'CONSUME');
+SELECT outbox.grant_category('LABEL_UPDATE', 'soak_consumer', 'CONSUME');
+CREATE TABLE label_replica (id bigint PRIMARY KEY, organization_id bigint, name text);
 SELECT outbox.register_handler('PROJECT_UPDATE', 'apply(outbox.message)')
  WHERE NOT EXISTS (SELECT FROM outbox.handlers WHERE category = 5);
 INSERT INTO auth_user SELECT i, 'u' || i || '-v0' FROM generate_series(1, 200) i;
 SQL
+# A move keeps primary keys: each cell's labels from a range of its own.
+on us -c "SELECT setval('label_id_seq', 1000000)" >/dev/null || exit 1
+on eu -c "SELECT setval('label_id_seq', 6000000)" >/dev/null || exit 1
 # Members of users 1 to 200 (the soak deletes odd users only, and adds
 # members of even ones: a member written after its user's deletion was
 # cascaded would be the application's orphan, not pg_outbox's).  No alert
