@@ -125,8 +125,15 @@ SELECT outbox.pause_shard('control', 0, 5, 'us');
 SELECT silo, shard_identifier, cell_name, depth, state FROM depth;
 SELECT outbox.skip_message('control', 0, 5, 1, 1, 'us');
 SELECT silo, shard_identifier, cell_name, category, object_identifier, attempts FROM outbox.dead_letters;
+-- Newer rows of the object wait, for its cell and for another: the requeued
+-- row takes its own cell's newest payload.
+INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category, object_identifier,
+                                   payload, cell_name)
+VALUES (0, 5, 1, 1, '{"state": "newer"}', 'us'), (0, 5, 1, 1, '{"state": "other cell"}', 'eu');
 SELECT outbox.requeue_dead_letters();
-SELECT shard_identifier, cell_name, category, object_identifier FROM outbox.control_outbox;
+SELECT shard_identifier, cell_name, category, object_identifier, payload
+  FROM outbox.control_outbox ORDER BY id;
+DELETE FROM outbox.control_outbox WHERE cell_name = 'eu';
 SELECT outbox.resume_shard('control', 0, 5, 'us');
 SELECT outbox.drain('control');
 SELECT * FROM depth;

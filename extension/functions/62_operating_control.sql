@@ -188,36 +188,33 @@ BEGIN
     -- waiting payload, never bringing back an older state over it.
     WITH moved AS (
         DELETE FROM outbox.dead_letters d WHERE ids IS NULL OR d.id = ANY (ids) RETURNING d.*
+    ), requeued AS (
+        SELECT m.*, CASE WHEN w.found THEN w.payload ELSE m.payload END AS newest
+          FROM moved m
+          LEFT JOIN LATERAL (
+              SELECT o.id, o.payload, true AS found FROM outbox.cell_outbox o
+               WHERE m.silo = 'cell'
+                 AND (o.shard_scope, o.shard_identifier, o.category, o.object_identifier)
+                     = (m.shard_scope, m.shard_identifier, m.category, m.object_identifier)
+              UNION ALL
+              SELECT o.id, o.payload, true FROM outbox.control_outbox o
+               WHERE m.silo = 'control' AND o.cell_name = m.cell_name
+                 AND (o.shard_scope, o.shard_identifier, o.category, o.object_identifier)
+                     = (m.shard_scope, m.shard_identifier, m.category, m.object_identifier)
+               ORDER BY id DESC LIMIT 1) w ON true
     ), cell AS (
         INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category,
                                         object_identifier, payload, date_added)
-        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier,
-               CASE WHEN w.found THEN w.payload ELSE m.payload END,
-               m.date_added
-          FROM moved m
-          LEFT JOIN LATERAL (SELECT w.payload, true AS found FROM outbox.cell_outbox w
-                              WHERE w.shard_scope = m.shard_scope
-                                AND w.shard_identifier = m.shard_identifier
-                                AND w.category = m.category
-                                AND w.object_identifier = m.object_identifier
-                              ORDER BY w.id DESC LIMIT 1) w ON true
-         WHERE m.silo = 'cell' ORDER BY m.outbox_id, m.id
+        SELECT r.shard_scope, r.shard_identifier, r.category, r.object_identifier, r.newest,
+               r.date_added
+          FROM requeued r WHERE r.silo = 'cell' ORDER BY r.outbox_id, r.id
         RETURNING 1
     ), control AS (
         INSERT INTO outbox.control_outbox (shard_scope, shard_identifier, category,
                                            object_identifier, payload, date_added, cell_name)
-        SELECT m.shard_scope, m.shard_identifier, m.category, m.object_identifier,
-               CASE WHEN w.found THEN w.payload ELSE m.payload END,
-               m.date_added, m.cell_name
-          FROM moved m
-          LEFT JOIN LATERAL (SELECT w.payload, true AS found FROM outbox.control_outbox w
-                              WHERE w.shard_scope = m.shard_scope
-                                AND w.shard_identifier = m.shard_identifier
-                                AND w.cell_name = m.cell_name
-                                AND w.category = m.category
-                                AND w.object_identifier = m.object_identifier
-                              ORDER BY w.id DESC LIMIT 1) w ON true
-         WHERE m.silo = 'control' ORDER BY m.outbox_id, m.id
+        SELECT r.shard_scope, r.shard_identifier, r.category, r.object_identifier, r.newest,
+               r.date_added, r.cell_name
+          FROM requeued r WHERE r.silo = 'control' ORDER BY r.outbox_id, r.id
         RETURNING 1
     )
     SELECT (SELECT count(*) FROM cell) + (SELECT count(*) FROM control) INTO n;

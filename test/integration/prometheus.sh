@@ -75,10 +75,14 @@ check "systemd-analyze verify: the service and the timer are valid" [ $? = 0 -a 
 # the cluster's socket directory is the postgres user's alone.
 textfiles=$work/textfiles
 mkdir "$textfiles"
+# A copy the prometheus user can read wherever the tree is (a clone in a
+# directory of mode 700 is not).
+cp "$root/monitoring/pg-outbox-metrics.sh" "$work/"
+chmod 755 "$work/pg-outbox-metrics.sh"
 [[ $(id -u) == 0 ]] && chown prometheus: "$textfiles"
 feed() {
     "${as_prometheus[@]}" env PGHOST=127.0.0.1 PGPORT="$PGPORT" PGDATABASE=postgres PGUSER="${1:-prometheus}" \
-        OUTBOX_TEXTFILE_DIR="$textfiles" bash "$root/monitoring/pg-outbox-metrics.sh"
+        OUTBOX_TEXTFILE_DIR="$textfiles" bash "$work/pg-outbox-metrics.sh"
 }
 prom_file=$textfiles/pg_outbox.prom
 check "the feeder writes pg_outbox.prom" feed
