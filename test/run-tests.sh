@@ -83,9 +83,13 @@ for script in "$root"/test/integration/*.sh; do
     # pgbouncer.sh, django_migrate.sh, readme_tour.sh and upgrade.sh test
     # pg_outbox with other software (Prometheus, PgBouncer, Django, the
     # README's commands, the SQL of each release) through C++ paths the other
-    # scripts take too: CI's time goes to the soak instead.
+    # scripts take too; guard_reload.sh, drain_wake.sh and
+    # relocation_move_faults.sh spend their minutes waiting (a handler's
+    # sleep, a minute's naptime, restarts) on C++ that relocation_move.sh,
+    # worker.sh and backfill_guard.sh run as well.  CI's time goes to the
+    # soak instead.
     if [[ -n ${OUTBOX_SANITIZE:-} &&
-          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade " == *" $name "* ]]; then
+          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade guard_reload drain_wake relocation_move_faults " == *" $name "* ]]; then
         echo "== integration $name: skipped under the sanitizers"
         continue
     fi

@@ -42,7 +42,12 @@ covered() {
             FROM outbox.foreign_keys f, outbox.worker_status w"
 }
 check "both start" wait_for 30 \
-    "SELECT f.row_watermark > 0 AND w.rows_backfilled > 0 FROM outbox.foreign_keys f, outbox.worker_status w" t
+    "SELECT f.row_watermark > 0 AND w.rows_backfilled > 0 FROM outbox.foreign_keys f, outbox.worker_status w" t ||
+    { # Once seen under the sanitizers in CI (the backfill at 0): say why next time.
+        q -x -c "SELECT * FROM outbox.worker_status" -c "SELECT * FROM outbox.backfill_status" >&2
+        grep -v '^\s*$' "$CLUSTER_DIR/server.log" | tail -n 30 >&2
+        show_worker
+    }
 sleep 2
 read -r cascaded backfilled <<<"$(covered)"
 # 501: a backfill batch of n ids spans n + 1, as Sentry's does.
