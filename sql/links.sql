@@ -17,6 +17,11 @@ SELECT outbox.register_category('org_update', 'Org', 0);
 SELECT outbox.register_category('user_update', 'User', 1);
 SELECT outbox.register_cell('us');
 SELECT outbox.register_cell('eu');
+-- Control takes a cell's message only for an organization that lives in
+-- that cell (issue 46): the shards of scope Org are organizations.
+SELECT outbox.set_organization_scope('Org');
+SELECT outbox.set_organization_cell(7, 'us'), outbox.set_organization_cell(71, 'us'),
+       outbox.set_organization_cell(8, 'eu');
 CREATE SERVER links_test FOREIGN DATA WRAPPER postgres_fdw OPTIONS (dbname 'nowhere');
 CREATE ROLE links_us LOGIN;
 CREATE ROLE links_eu LOGIN;
@@ -185,6 +190,172 @@ SELECT pg_temp.err($$SELECT count(*) FROM outbox.inbox$$);
 SELECT pg_temp.err($$SELECT count(*) FROM outbox.link_secret$$);
 SELECT count(*) >= 0 AS reads_link_status FROM outbox.link_status;
 RESET SESSION AUTHORIZATION;
+-- Issue 46: a cell speaks only for its own organizations' objects.  The
+-- organization root (its category's objects are organizations) and the
+-- placements: 1 and 5 in us, 3 in eu, 6 moving from us to eu; a third cell,
+-- ap, linked with its own role.
+SELECT outbox.set_organization_root('org_update', 'organization');
+SELECT outbox.register_category('project_update', 'Org', 2);
+SELECT outbox.register_category('member_update', 'Org', 3);
+SELECT outbox.register_cell('ap');
+CREATE ROLE links_ap LOGIN;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_ap;
+SELECT outbox.set_cell_server('ap', 'links_test', 'links_ap');
+SELECT outbox.set_organization_cell(o, c) FROM (VALUES (1, 'us'), (5, 'us'), (3, 'eu'), (6, 'us')) v(o, c);
+INSERT INTO outbox.organization_moves (relocation, organization, side, from_cell, to_cell, step)
+VALUES ('00000000-0000-0000-0000-000000000046', 6, 'control', 'us', 'eu', 'copy');
+CREATE FUNCTION pg_temp.state() RETURNS text LANGUAGE sql AS $$
+    SELECT (SELECT count(*) FROM outbox.cell_outbox) || ' rows, '
+        || (SELECT count(*) FROM outbox.inbox) || ' batches, tombstones '
+        || coalesce((SELECT string_agg(table_name || ':' || object_identifier, ','
+                                       ORDER BY table_name, object_identifier)
+                       FROM outbox.control_tombstone), '-') $$;
+-- Honest traffic: us sends its organization 1 and project 100, eu its
+-- organization 3 and project 300, then project 300's deletion (a
+-- tombstone).  Control records each object's organization.
+SET SESSION AUTHORIZATION links_us;
+SELECT * FROM outbox.received(1, 40);
+SELECT outbox.receive(1, 40, 401, 'r', '{1,2}', '{Org,Org}', '{1,1}', '{us,us}',
+                      '{org_update,project_update}', '{1,100}', ARRAY['{}', '{}']::jsonb[],
+                      '{NULL,NULL}', present => '{organization,project}');
+SET SESSION AUTHORIZATION links_eu;
+SELECT * FROM outbox.received(1, 41);
+SELECT outbox.receive(1, 41, 411, 'r', '{1,2}', '{Org,Org}', '{3,3}', '{eu,eu}',
+                      '{org_update,project_update}', '{3,300}', ARRAY['{}', '{}']::jsonb[],
+                      '{NULL,NULL}', present => '{organization,project}');
+SELECT outbox.receive(1, 41, 412, 'r', '{3}', '{Org}', '{3}', '{eu}', '{project_update}', '{300}',
+                      ARRAY[NULL]::jsonb[], '{project}');
+RESET SESSION AUTHORIZATION;
+SELECT k.name, c.object_identifier, c.organization FROM outbox.cell_objects c
+  JOIN outbox.categories k ON k.id = c.category ORDER BY 1, 2;
+SELECT t.table_key, k.name FROM outbox.cell_object_tables t JOIN outbox.categories k ON k.id = t.category
+ ORDER BY 1;
+SELECT pg_temp.state();
+-- The attacks, as us's link role: each one refused whole (42501, naming the
+-- message and why), nothing taken, no tombstone recorded or forgotten.
+SET SESSION AUTHORIZATION links_us;
+-- A forged tombstone of eu's organization 3, in us's own shard ...
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 450, 'r', '{3}', '{Org}', '{1}', '{us}', '{org_update}', '{3}', ARRAY[NULL]::jsonb[], '{organization}')$$);
+-- ... in its own shard 3 ...
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 451, 'r', '{3}', '{Org}', '{3}', '{us}', '{org_update}', '{3}', ARRAY[NULL]::jsonb[], '{organization}')$$);
+-- ... on a message of another category, naming the root's table ...
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 452, 'r', '{3}', '{Org}', '{1}', '{us}', '{project_update}', '{3}', ARRAY[NULL]::jsonb[], '{organization}')$$);
+-- ... or a message of the root's category naming another table.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 453, 'r', '{3}', '{Org}', '{1}', '{us}', '{org_update}', '{1}', ARRAY[NULL]::jsonb[], '{project}')$$);
+-- A forged present of eu's deleted project 300 (its tombstone would go)
+-- and a forged message for it, under us's organization 1.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 454, 'r', '{3}', '{Org}', '{1}', '{us}', '{project_update}', '{300}', ARRAY['{}']::jsonb[], '{NULL}', '{}', '{project}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 455, 'r', '{3}', '{Org}', '{1}', '{us}', '{project_update}', '{300}', ARRAY['{"forged": true}']::jsonb[], '{NULL}')$$);
+-- A tombstone under the table of another category, or two categories
+-- naming one table in a batch.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 456, 'r', '{3}', '{Org}', '{1}', '{us}', '{member_update}', '{300}', ARRAY[NULL]::jsonb[], '{project}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 457, 'r', '{3,4}', '{Org,Org}', '{1,1}', '{us,us}', '{project_update,org_update}', '{102,1}', ARRAY['{}', '{}']::jsonb[], '{NULL,NULL}', '{}', '{gadget,gadget}')$$);
+-- An organization control places nowhere, and a scope that does not name
+-- organizations; one bad message among good ones refuses the batch.
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 458, 'r', '{3}', '{Org}', '{999}', '{us}', '{project_update}', '{9}', ARRAY['{}']::jsonb[], '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 459, 'r', '{3}', '{User}', '{1}', '{us}', '{user_update}', '{1}', ARRAY['{}']::jsonb[], '{NULL}')$$);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 460, 'r', '{3,4}', '{Org,Org}', '{1,3}', '{us,us}', '{project_update,project_update}', '{103,301}', ARRAY['{}', '{}']::jsonb[], '{NULL,NULL}')$$);
+RESET SESSION AUTHORIZATION;
+SELECT pg_temp.state();
+SELECT count(*) AS forged_objects FROM outbox.cell_objects WHERE object_identifier IN (9, 101, 102, 103, 301);
+-- Organization 6 moves from us to eu: both may speak for it, ap may not.
+SET SESSION AUTHORIZATION links_ap;
+SELECT * FROM outbox.received(1, 42);
+SELECT pg_temp.err($$SELECT outbox.receive(1, 42, 421, 'r', '{1}', '{Org}', '{6}', '{ap}', '{project_update}', '{600}', ARRAY['{}']::jsonb[], '{NULL}')$$);
+SET SESSION AUTHORIZATION links_us;
+SELECT outbox.receive(1, 40, 403, 'r', '{5}', '{Org}', '{6}', '{us}', '{project_update}', '{600}',
+                      ARRAY['{"from": "us"}']::jsonb[], '{NULL}', present => '{project}');
+SET SESSION AUTHORIZATION links_eu;
+SELECT outbox.receive(1, 41, 413, 'r', '{5}', '{Org}', '{6}', '{eu}', '{project_update}', '{600}',
+                      ARRAY['{"from": "eu"}']::jsonb[], '{NULL}', present => '{project}');
+RESET SESSION AUTHORIZATION;
+-- Once the move is complete, only eu (organization_cells names it).
+UPDATE outbox.organization_moves SET state = 'complete' WHERE organization = 6;
+SELECT outbox.set_organization_cell(6, 'eu');
+SET SESSION AUTHORIZATION links_us;
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 404, 'r', '{6}', '{Org}', '{6}', '{us}', '{project_update}', '{600}', ARRAY['{}']::jsonb[], '{NULL}')$$);
+-- A project moved between two organizations of us: taken, recorded anew.
+SELECT outbox.receive(1, 40, 405, 'r', '{7}', '{Org}', '{5}', '{us}', '{project_update}', '{100}',
+                      ARRAY['{}']::jsonb[], '{NULL}', present => '{project}');
+RESET SESSION AUTHORIZATION;
+SELECT c.object_identifier, c.organization FROM outbox.cell_objects c
+ WHERE c.object_identifier IN (100, 600) ORDER BY 1;
+SELECT pg_temp.state();
+-- The configuration's bad arguments, and only the extension owner's.
+SELECT pg_temp.err($$SELECT outbox.set_organization_scope('Moon')$$);
+SELECT pg_temp.err($$SELECT outbox.set_organization_scope(NULL)$$);
+SELECT pg_temp.err($$SELECT outbox.unset_organization_scope('User')$$);
+SELECT pg_temp.err($$SELECT outbox.set_organization_root('nope', 'organization')$$);
+SELECT pg_temp.err($$SELECT outbox.set_organization_root('org_update', '')$$);
+SELECT pg_temp.err($$SELECT outbox.set_organization_root(NULL, 'organization')$$);
+SET SESSION AUTHORIZATION links_us;
+SELECT pg_temp.err($$SELECT outbox.set_organization_scope('User')$$);
+SELECT pg_temp.err($$SELECT outbox.set_organization_root('project_update', 'project')$$);
+SELECT pg_temp.err($$SELECT count(*) FROM outbox.cell_objects$$);
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION links_monitor;
+SELECT pg_temp.err($$SELECT count(*) FROM outbox.cell_objects$$);
+RESET SESSION AUTHORIZATION;
+-- Without the scope, us's messages of it are refused.
+SELECT outbox.unset_organization_scope('Org');
+SET SESSION AUTHORIZATION links_us;
+SELECT pg_temp.err($$SELECT outbox.receive(1, 40, 406, 'r', '{8}', '{Org}', '{1}', '{us}', '{project_update}', '{100}', ARRAY['{}']::jsonb[], '{NULL}')$$);
+RESET SESSION AUTHORIZATION;
+SELECT outbox.set_organization_scope('Org');
+
+-- Issue 46, item 4: a link role by identity.  Renamed, dropped and created
+-- again under its name, or made a superuser since it was named: refused,
+-- with the reason.  Configured again, it speaks again.
+ALTER ROLE links_ap RENAME TO links_ap2;
+SET SESSION AUTHORIZATION links_ap2;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 43)$$);
+RESET SESSION AUTHORIZATION;
+ALTER ROLE links_ap2 RENAME TO links_ap;
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM links_ap;
+DROP ROLE links_ap;
+CREATE ROLE links_ap LOGIN;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO links_ap;
+SET SESSION AUTHORIZATION links_ap;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 44)$$);
+RESET SESSION AUTHORIZATION;
+SELECT outbox.set_cell_server('ap', 'links_test', 'links_ap');
+SET SESSION AUTHORIZATION links_ap;
+SELECT count(*) FROM outbox.received(1, 45);
+RESET SESSION AUTHORIZATION;
+ALTER ROLE links_ap SUPERUSER;
+SET SESSION AUTHORIZATION links_ap;
+SELECT pg_temp.err($$SELECT * FROM outbox.received(1, 46)$$);
+RESET SESSION AUTHORIZATION;
+ALTER ROLE links_ap NOSUPERUSER;
+SELECT outbox.set_cell_server('ap', NULL);
+SELECT outbox.unregister_cell('ap');
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM links_ap;
+DROP ROLE links_ap;
+
+-- Issue 46, item 3: the receipt key rotates; the key before it counts for
+-- a bounded overlap; one rotation at a time.
+SELECT pg_temp.err($$SELECT outbox.rotate_link_secret(NULL)$$);
+SELECT pg_temp.err($$SELECT outbox.rotate_link_secret('-1 second')$$);
+SELECT pg_temp.err($$SELECT outbox.rotate_link_secret('31 days')$$);
+CREATE TEMP TABLE old_secret AS SELECT secret FROM outbox.link_secret;
+WITH r AS MATERIALIZED (SELECT outbox.rotate_link_secret('1 hour') AS until)
+SELECT r.until = now() + interval '1 hour' AS until FROM r;
+SELECT s.previous = o.secret AS kept, s.secret <> o.secret AS new_key, length(s.secret)
+  FROM outbox.link_secret s, old_secret o;
+SELECT regexp_replace(pg_temp.err($$SELECT outbox.rotate_link_secret()$$), 'until .*', 'until <an hour from now>');
+UPDATE outbox.link_secret SET previous_until = now() - interval '1 second';
+SELECT outbox.rotate_link_secret('0') = now() AS no_overlap;
+SELECT pg_temp.err($$SELECT outbox.give_up_link_batch('us', 1)$$);
+SELECT pg_temp.err($$SELECT outbox.give_up_link_batch(NULL, 1)$$);
+SET SESSION AUTHORIZATION links_us;
+SELECT pg_temp.err($$SELECT outbox.rotate_link_secret()$$);
+SELECT pg_temp.err($$SELECT outbox.give_up_link_batch('us', 1)$$);
+RESET SESSION AUTHORIZATION;
+SET SESSION AUTHORIZATION links_monitor;
+SELECT count(*) AS monitor_reads_unrecognised FROM outbox.link_unrecognised;
+SELECT pg_temp.err($$SELECT outbox.give_up_link_batch('us', 1)$$);
+RESET SESSION AUTHORIZATION;
+
 -- A peer is a peer only while it is linked: unlinked, control's role is
 -- refused (a cell that never called outbox.link_control() takes nothing).
 SELECT outbox.unlink_control();

@@ -37,6 +37,8 @@ view us "SELECT category, object AS user_id, payload, cell FROM applied ORDER BY
 view eu "SELECT category, object AS user_id, payload, cell FROM applied ORDER BY n"
 
 echo "== A cell's change reaches control"
+# Control takes a cell's message only for an organization it places there.
+run control "SELECT outbox.set_organization_cell(10, 'us'), outbox.set_organization_cell(20, 'eu')"
 run us "INSERT INTO organization VALUES (10, 'acme (us)')"
 run eu "INSERT INTO organization VALUES (20, 'globex (eu)')"
 sleep 2

@@ -40,13 +40,14 @@ $$;
 
 -- Every configured peer of this database and the role it logs in here as:
 -- each linked cell (control side), and control (cell side).
-CREATE OR REPLACE FUNCTION outbox._link_peers() RETURNS TABLE (name text, link_role name)
+CREATE OR REPLACE FUNCTION outbox._link_peers()
+    RETURNS TABLE (name text, link_role name, link_role_oid oid)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT c.name, c.link_role FROM outbox.cells c WHERE c.link_role IS NOT NULL
+    SELECT c.name, c.link_role, c.link_role_oid FROM outbox.cells c WHERE c.link_role IS NOT NULL
     UNION ALL
-    SELECT 'control', l.link_role FROM outbox.control_link l
+    SELECT 'control', l.link_role, l.link_role_oid FROM outbox.control_link l
 $$;
 
 -- A peer's link role: an existing role that is not a superuser (a peer
@@ -104,7 +105,9 @@ BEGIN
         RAISE EXCEPTION 'link_role must be NULL when server is: an unlinked cell delivers nothing here'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    UPDATE outbox.cells c SET server = set_cell_server.server, link_role = set_cell_server.link_role
+    UPDATE outbox.cells c SET server = set_cell_server.server, link_role = set_cell_server.link_role,
+                              link_role_oid = (SELECT r.oid FROM pg_roles r
+                                                WHERE r.rolname = set_cell_server.link_role)
      WHERE c.name = cell;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'cell % is not registered', quote_literal(cell)
@@ -130,10 +133,12 @@ BEGIN
             USING ERRCODE = 'undefined_object';
     END IF;
     PERFORM outbox._require_link_role(link_role, 'control');
-    INSERT INTO outbox.control_link AS l (server, cell_name, link_role)
-    VALUES (server, cell_name, link_role)
+    INSERT INTO outbox.control_link AS l (server, cell_name, link_role, link_role_oid)
+    VALUES (server, cell_name, link_role,
+            (SELECT r.oid FROM pg_roles r WHERE r.rolname = link_control.link_role))
         ON CONFLICT (singleton) DO UPDATE SET server = excluded.server, cell_name = excluded.cell_name,
-                                              link_role = excluded.link_role;
+                                              link_role = excluded.link_role,
+                                              link_role_oid = excluded.link_role_oid;
     PERFORM outbox._invalidate_cache();
 END
 $$;
@@ -150,14 +155,18 @@ $$;
 
 -- Who is calling the receiving functions: the peer whose link role logged
 -- in (session_user, which only a superuser can change), 'control' or a
--- cell's name; anyone else is refused.  And the link protocol: both sides
--- speak the same one, or the link stops, visibly, until they do.
+-- cell's name; anyone else is refused.  The role is the one configured by
+-- identity, not by name: a role renamed since, dropped and created again
+-- under the name, or made a superuser since, stops the link with a clear
+-- error until the link is configured again.  And the link protocol: both
+-- sides speak the same one, or the link stops, visibly, until they do.
 CREATE OR REPLACE FUNCTION outbox._link_peer(protocol int) RETURNS text
 LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    peer text;
+    peer record;
+    caller record;
 BEGIN
     IF protocol IS DISTINCT FROM 1 THEN
         RAISE EXCEPTION 'link protocol % is not spoken here: this database speaks link protocol 1 (pg_outbox %)',
@@ -166,15 +175,33 @@ BEGIN
             USING ERRCODE = 'feature_not_supported',
                   HINT = 'Run the same version of pg_outbox on both sides of a link (docs/clusters.md, "Upgrading linked clusters").';
     END IF;
-    SELECT p.name INTO peer
+    SELECT r.oid, r.rolname, r.rolsuper INTO caller FROM pg_roles r WHERE r.rolname = session_user;
+    SELECT p.name, p.link_role, p.link_role_oid INTO peer
       FROM outbox._link_peers() p
-     WHERE p.link_role = session_user;
+     WHERE p.link_role_oid = caller.oid OR p.link_role = session_user
+     ORDER BY p.link_role_oid = caller.oid DESC LIMIT 1;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'role % is not the link role of a peer of this database', quote_ident(session_user)
             USING ERRCODE = 'insufficient_privilege',
                   HINT = 'Name it with outbox.set_cell_server(cell, server, link_role) on control, or outbox.link_control(server, cell_name, link_role) on a cell.';
+    ELSIF peer.link_role_oid IS DISTINCT FROM caller.oid THEN
+        RAISE EXCEPTION 'role % is not the link role of %: that role was dropped since, and this one created under its name',
+            quote_ident(session_user), quote_literal(peer.name)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'If it is the peer''s, configure the link again (outbox.set_cell_server or outbox.link_control).';
+    ELSIF peer.link_role <> session_user THEN
+        RAISE EXCEPTION 'role % is the link role of % under another name: it was renamed from %',
+            quote_ident(session_user), quote_literal(peer.name), quote_ident(peer.link_role)
+            USING ERRCODE = 'insufficient_privilege',
+                  HINT = 'Configure the link again with the new name (outbox.set_cell_server or outbox.link_control).';
+    ELSIF caller.rolsuper THEN
+        RAISE EXCEPTION 'link role % of % is a superuser now', quote_ident(session_user),
+            quote_literal(peer.name)
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = 'A peer logs in as its link role: it needs outbox.receive() and outbox.received(), nothing more.',
+                  HINT = 'ALTER ROLE ' || quote_ident(session_user) || ' NOSUPERUSER.';
     END IF;
-    RETURN peer;
+    RETURN peer.name;
 END
 $$;
 
@@ -270,6 +297,12 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- Control: each object must live in the sending cell (a refusal takes
+    -- nothing, the inbox entry included).
+    IF silo = 'cell' THEN
+        PERFORM outbox._check_cell_objects(peer, shard_scopes, shard_identifiers, categories,
+                                           object_identifiers, tombstones, present);
+    END IF;
     -- Rows go in in the order they came: ids follow it within each shard.
     -- (No temporary table: a caller's own one of the same name would run
     -- its triggers as the extension owner.)
@@ -327,5 +360,66 @@ BEGIN
                                            connected_at = excluded.connected_at;
     RETURN QUERY SELECT i.batch, i.row_ids, i.messages, i.receipt FROM outbox.inbox i
                   WHERE i.origin = peer ORDER BY i.received_at, i.batch;
+END
+$$;
+
+-- The extension owner's: a new key for this side's receipts, without
+-- stopping the links.  The key before it is kept as previous until now() +
+-- overlap: the receipts of batches sent before the rotation (in the peers'
+-- inboxes, unacknowledged) are recognised with either key until then.
+-- Returns when the previous key stops counting.  One rotation at a time: a
+-- second one during an overlap would drop the key before (docs/clusters.md,
+-- "Rotating the link secret").
+CREATE OR REPLACE FUNCTION outbox.rotate_link_secret(overlap interval DEFAULT '1 day')
+    RETURNS timestamptz
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    s outbox.link_secret;
+BEGIN
+    PERFORM outbox._require(overlap, 'overlap');
+    IF overlap < interval '0' OR overlap > interval '30 days' THEN
+        RAISE EXCEPTION 'overlap % is out of range: from 0 to 30 days', overlap
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'Receipts of the previous key are recognised for that long; it must be bounded.';
+    END IF;
+    SELECT * INTO s FROM outbox.link_secret FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'there is no link secret to rotate: no link was ever configured here'
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF s.previous_until > now() THEN
+        RAISE EXCEPTION 'a rotation is in progress until %', s.previous_until
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  DETAIL = 'A second rotation now would drop the key before it, and with it the receipts only that key recognises.',
+                  HINT = 'Rotate again after that time.';
+    END IF;
+    UPDATE outbox.link_secret
+       SET previous = secret, previous_until = now() + overlap,
+           secret = decode(replace(gen_random_uuid()::text || gen_random_uuid()::text, '-', ''), 'hex');
+    RETURN now() + overlap;
+END
+$$;
+
+-- The extension owner's, on the sending side: the destination forgets its
+-- batch (an entry of outbox.link_unrecognised: its receipt is not this
+-- side's under any key).  It goes with the next batch as an
+-- acknowledgement; rows of it still here go out again (this side cannot
+-- tell whether it sent them: handlers are idempotent).
+CREATE OR REPLACE FUNCTION outbox.give_up_link_batch(destination text, batch bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._require(destination, 'destination');
+    PERFORM outbox._require(batch, 'batch');
+    UPDATE outbox.link_unrecognised u SET given_up_at = now()
+     WHERE u.destination = give_up_link_batch.destination AND u.batch = give_up_link_batch.batch;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'batch % of destination % is not in outbox.link_unrecognised', batch,
+            quote_literal(destination)
+            USING ERRCODE = 'undefined_object';
+    END IF;
 END
 $$;

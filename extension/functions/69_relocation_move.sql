@@ -909,6 +909,8 @@ BEGIN
         RAISE EXCEPTION 'role % is not the link role of this cell''s control', quote_ident(session_user)
             USING ERRCODE = 'insufficient_privilege';
     END IF;
+    -- By identity too: dropped and created again, or a superuser now.
+    PERFORM outbox._link_peer(1);
     IF jsonb_typeof(argument) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'argument must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
     END IF;

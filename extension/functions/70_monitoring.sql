@@ -346,6 +346,8 @@ BEGIN
                  'Messages the destination had taken when the answer was lost, found by recovery.'],
                 ['pg_outbox_link_failures', 'gauge',
                  'Failed rounds in a row of a link (0: it works); link_status.last_error says why.'],
+                ['pg_outbox_link_unrecognised_batches', 'gauge',
+                 'Batches the destination holds whose receipt no key of this side recognises (outbox.link_unrecognised).'],
                 ['pg_outbox_model_findings', 'gauge',
                  'Findings of outbox.check_models() (relocation scopes), by kind.'],
                 ['pg_outbox_relocations', 'gauge',
@@ -473,7 +475,8 @@ BEGIN
              CROSS JOIN LATERAL (VALUES
                 ('pg_outbox_link_messages_sent_total', l.messages_sent::text),
                 ('pg_outbox_link_recovered_total', l.recovered::text),
-                ('pg_outbox_link_failures', l.failures::text)
+                ('pg_outbox_link_failures', l.failures::text),
+                ('pg_outbox_link_unrecognised_batches', l.unrecognised::text)
              ) AS v(family, value)
             UNION ALL
             SELECT 'pg_outbox_model_findings', 'finding=' || outbox._prometheus_label(k.finding),

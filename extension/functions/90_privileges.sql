@@ -48,7 +48,7 @@ GRANT SELECT (silo, dead_at) ON outbox.dead_letters TO pg_monitor;
 -- and the shards consumers hold, never their claim tokens (which complete).
 GRANT SELECT (silo, lease_until) ON outbox.consumer_claims TO pg_monitor;
 -- and how the links to other clusters are doing.
-GRANT SELECT ON outbox.link_status TO pg_monitor;
+GRANT SELECT ON outbox.link_status, outbox.link_unrecognised TO pg_monitor;
 -- and the relocations imported here: their state, never their rows.
 GRANT SELECT ON outbox.relocations TO pg_monitor;
 -- and where the organizations live.

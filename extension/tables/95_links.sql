@@ -6,8 +6,12 @@
 -- database, and the role that cell's worker logs in here as.  A cell with
 -- a server gets its control-outbox messages there; a cell is known by its
 -- role when it calls outbox.receive() here, never by what it says.
+-- A link role is held by its OID as well as its name: a role renamed, or
+-- dropped and created again under the name, is not the role that was
+-- configured, and is refused (outbox._link_peer).
 ALTER TABLE outbox.cells ADD COLUMN server name,
-    ADD COLUMN link_role name UNIQUE CHECK ((server IS NULL) = (link_role IS NULL));
+    ADD COLUMN link_role name UNIQUE CHECK ((server IS NULL) = (link_role IS NULL)),
+    ADD COLUMN link_role_oid oid CHECK ((link_role IS NULL) = (link_role_oid IS NULL));
 
 -- Cell side: this database is the cell cell_name, the control database is
 -- reached through server, and control's worker logs in here as link_role.
@@ -16,7 +20,8 @@ CREATE TABLE outbox.control_link (
     singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
     server    name    NOT NULL,
     cell_name text    NOT NULL,
-    link_role name    NOT NULL
+    link_role name    NOT NULL,
+    link_role_oid oid NOT NULL
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.control_link', '');
 
@@ -63,7 +68,28 @@ CREATE TABLE outbox.link_status (
     failures        int         NOT NULL DEFAULT 0, -- in a row
     last_error      text,
     last_error_at   timestamptz,
-    next_attempt_at timestamptz
+    next_attempt_at timestamptz,
+    -- batches the other side's inbox holds whose receipt no secret of this
+    -- side recognises (outbox.link_unrecognised lists them)
+    unrecognised    int         NOT NULL DEFAULT 0
+);
+
+-- Sending side: the batches that a destination's outbox.received() answered
+-- with a receipt that no secret of this side recognises (a lost or
+-- re-created outbox.link_secret, a restore from an old backup, a rotation
+-- whose overlap ended): this side cannot tell whether it sent them, so it
+-- deletes none of their rows, and the link goes on.  The worker asks again
+-- each round while some are listed.  outbox.give_up_link_batch() has the
+-- destination forget one (given_up_at; it goes with the next batch as an
+-- acknowledgement); a batch the destination no longer holds leaves here.
+CREATE TABLE outbox.link_unrecognised (
+    destination   text        NOT NULL,
+    batch         bigint      NOT NULL,
+    messages      int         NOT NULL,
+    row_ids       bigint[]    NOT NULL,
+    first_seen_at timestamptz NOT NULL DEFAULT now(),
+    given_up_at   timestamptz,
+    PRIMARY KEY (destination, batch)
 );
 
 -- Sending side: the key of the receipts this side gives with each batch
@@ -74,8 +100,13 @@ CREATE TABLE outbox.link_status (
 -- the first link is made (not here: a restore would then hold two), and
 -- dumped with the configuration: a restored database still recognises its
 -- receipts in its peers' inboxes.
+-- During a rotation (outbox.rotate_link_secret) the secret before it is
+-- kept as previous until previous_until: receipts of batches sent before
+-- the rotation are still recognised for that long.
 CREATE TABLE outbox.link_secret (
-    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
-    secret    bytea   NOT NULL CHECK (length(secret) >= 16)
+    singleton      boolean     PRIMARY KEY DEFAULT true CHECK (singleton),
+    secret         bytea       NOT NULL CHECK (length(secret) >= 16),
+    previous       bytea       CHECK (length(previous) >= 16),
+    previous_until timestamptz CHECK ((previous IS NULL) = (previous_until IS NULL))
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.link_secret', '');

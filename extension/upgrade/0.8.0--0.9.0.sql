@@ -18,6 +18,9 @@
 -- Relocation scopes and roots.
 -- @include tables/97_relocation.sql
 
+-- Which cell may speak for a cell object.
+-- @include tables/98_cell_objects.sql
+
 -- Where each organization lives.
 -- @include tables/98_organization_cells.sql
 

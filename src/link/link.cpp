@@ -46,18 +46,21 @@ char *array_text(Datum array) {
 
 // This side's receipt for a batch it sends: an HMAC-SHA256 keyed by
 // outbox.link_secret of the destination's name and a zero byte, the
-// batch's token and its row ids (bigints in network order, as int8send
-// writes them), in hex.  The other side hands it back with the batch when
-// outbox.received() answers; only a batch whose receipt is this side's for
-// that destination deletes rows here.
-char *receipt(const LinkTarget *target, int64 token, const int64 *ids, int n) {
+// batch's token, its number of messages and its row ids (bigints in network
+// order, as int8send writes them), in hex.  The other side hands it back
+// with the batch when outbox.received() answers; only a batch whose receipt
+// is this side's for that destination deletes rows here, and counts the
+// messages the receipt covers.
+char *receipt(const uint8 *key, int key_len, const char *destination, int64 token, int64 messages,
+              const int64 *ids, int n) {
     uint8 digest[PG_SHA256_DIGEST_LENGTH];
     pg_hmac_ctx *ctx = pg_hmac_create(PG_SHA256);
     uint64 word = pg_hton64((uint64)token);
-    bool ok = ctx != nullptr && pg_hmac_init(ctx, target->secret, target->secret_len) == 0 &&
-              pg_hmac_update(ctx, (const uint8 *)target->destination,
-                             strlen(target->destination) + 1) == 0 &&
-              pg_hmac_update(ctx, (const uint8 *)&word, sizeof word) == 0;
+    uint64 count = pg_hton64((uint64)messages);
+    bool ok = ctx != nullptr && pg_hmac_init(ctx, key, key_len) == 0 &&
+              pg_hmac_update(ctx, (const uint8 *)destination, strlen(destination) + 1) == 0 &&
+              pg_hmac_update(ctx, (const uint8 *)&word, sizeof word) == 0 &&
+              pg_hmac_update(ctx, (const uint8 *)&count, sizeof count) == 0;
     for (int i = 0; ok && i < n; i++) {
         word = pg_hton64((uint64)ids[i]);
         ok = pg_hmac_update(ctx, (const uint8 *)&word, sizeof word) == 0;
@@ -73,14 +76,17 @@ char *receipt(const LinkTarget *target, int64 token, const int64 *ids, int n) {
 }
 
 // The key of the receipts, made if a link exists and it does not
-// (outbox._require_link_role makes it with the first link).
+// (outbox._require_link_role makes it with the first link), and the key
+// before a rotation while it still counts.
 void read_secret(MemoryContext context, LinkTarget *targets, int n) {
     static SPIPlanPtr read_plan = nullptr, make_plan = nullptr;
+    static const char *read_sql =
+        "SELECT secret, CASE WHEN previous_until > pg_catalog.now() THEN previous END"
+        " FROM outbox.link_secret";
     if (n == 0)
         return;
-    if (pg::spi_run_kept(&read_plan, "reading the link secret",
-                         "SELECT secret FROM outbox.link_secret", 0, nullptr, nullptr, nullptr,
-                         true, SPI_OK_SELECT) == 0) {
+    if (pg::spi_run_kept(&read_plan, "reading the link secret", read_sql, 0, nullptr, nullptr,
+                         nullptr, true, SPI_OK_SELECT) == 0) {
         (void)pg::spi_run_kept(
             &make_plan, "making the link secret",
             "INSERT INTO outbox.link_secret (secret) SELECT pg_catalog.decode(pg_catalog.replace("
@@ -88,21 +94,27 @@ void read_secret(MemoryContext context, LinkTarget *targets, int n) {
             " 'hex') ON CONFLICT DO NOTHING",
             0, nullptr, nullptr, nullptr, false, SPI_OK_INSERT);
         CommandCounterIncrement();
-        (void)pg::spi_run_kept(&read_plan, "reading the link secret",
-                               "SELECT secret FROM outbox.link_secret", 0, nullptr, nullptr,
+        (void)pg::spi_run_kept(&read_plan, "reading the link secret", read_sql, 0, nullptr, nullptr,
                                nullptr, true, SPI_OK_SELECT);
     }
-    bool isnull;
-    bytea *secret =
-        DatumGetByteaPP(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-    MemoryContext caller = MemoryContextSwitchTo(context);
-    int len = (int)VARSIZE_ANY_EXHDR(secret);
-    auto *key = (uint8 *)palloc(len);
-    memcpy(key, VARDATA_ANY(secret), len);
-    MemoryContextSwitchTo(caller);
+    const uint8 *keys[2] = {nullptr, nullptr};
+    int lens[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        bool isnull;
+        Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, k + 1, &isnull);
+        if (isnull)
+            continue;
+        bytea *secret = DatumGetByteaPP(value);
+        lens[k] = (int)VARSIZE_ANY_EXHDR(secret);
+        auto *key = (uint8 *)MemoryContextAlloc(context, lens[k]);
+        memcpy(key, VARDATA_ANY(secret), lens[k]);
+        keys[k] = key;
+    }
     for (int t = 0; t < n; t++) {
-        targets[t].secret = key;
-        targets[t].secret_len = len;
+        targets[t].secret = keys[0];
+        targets[t].secret_len = lens[0];
+        targets[t].previous = keys[1];
+        targets[t].previous_len = lens[1];
     }
 }
 
@@ -138,7 +150,9 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
     uint64 n = pg::spi_run_kept(
         &plan, "reading links",
         "SELECT t.destination, t.server, t.origin, t.control_silo,"
-        " coalesce(s.next_attempt_at > pg_catalog.now(), false)"
+        " coalesce(s.next_attempt_at > pg_catalog.now(), false),"
+        " EXISTS (SELECT FROM outbox.link_unrecognised u WHERE u.destination = t.destination"
+        "          AND u.given_up_at IS NOT NULL)"
         " FROM (SELECT c.name AS destination, c.server, 'control' AS origin, true AS control_silo"
         "         FROM outbox.cells c WHERE c.server IS NOT NULL AND $1 <> 'cell'"
         "       UNION ALL"
@@ -165,6 +179,7 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
         target->server = pstrdup(SPI_getvalue(tuple, desc, 2));
         target->sender = pstrdup(SPI_getvalue(tuple, desc, 3));
         target->control_silo = control_silo;
+        target->give_up_pending = DatumGetBool(SPI_getbinval(tuple, desc, 6, &isnull));
         const char *unusable = connection_options(target);
         if (unusable != nullptr) {
             record_status(target, 0, 0, unusable); // and it backs off
@@ -243,7 +258,8 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
     }
     int dims[1] = {n}, lbs[1] = {1};
     int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
-    params[3] = receipt(target, token, leased->ids, nrows);
+    params[3] = receipt(target->secret, target->secret_len, target->destination, token, n,
+                        leased->ids, nrows);
     params[4] = array_text(pg::int8_array(leased->ids, nrows));
     params[5] =
         array_text(PointerGetDatum(construct_array(scopes, n, TEXTOID, -1, false, TYPALIGN_INT)));
@@ -431,6 +447,65 @@ bool parse_int8_array(const char *text, int64 **ids, int *capacity, int *n, int 
     }
 }
 
+// Whether answered is this side's receipt for the batch, under its key or,
+// during a rotation's overlap, the key before it; compared in constant time.
+bool is_receipt(const LinkTarget *target, const char *answered, int64 batch, int64 messages,
+                const int64 *ids, int n) {
+    const uint8 *keys[2] = {target->secret, target->previous};
+    int lens[2] = {target->secret_len, target->previous_len};
+    size_t length = strlen(answered);
+    bool match = false;
+    for (int k = 0; k < 2; k++) {
+        if (keys[k] == nullptr)
+            continue;
+        const char *ours = receipt(keys[k], lens[k], target->destination, batch, messages, ids, n);
+        match = (length == strlen(ours) && timingsafe_bcmp(answered, ours, length) == 0) || match;
+    }
+    return match;
+}
+
+// Lists a batch whose receipt is not this side's in outbox.link_unrecognised
+// (once); returns whether the operator gave up on it.
+bool note_unrecognised(const LinkTarget *target, int64 batch, int64 messages, const int64 *ids,
+                       int n) {
+    static SPIPlanPtr plan = nullptr;
+    Oid types[4] = {TEXTOID, INT8OID, INT4OID, INT8ARRAYOID};
+    Datum args[4] = {CStringGetTextDatum(target->destination), Int64GetDatum(batch),
+                     Int32GetDatum((int32)messages), pg::int8_array(ids, n)};
+    (void)pg::spi_run_kept(
+        &plan, "listing a batch of no receipt of this side",
+        "INSERT INTO outbox.link_unrecognised AS u (destination, batch, messages, row_ids)"
+        " VALUES ($1, $2, $3, $4) ON CONFLICT (destination, batch) DO UPDATE"
+        " SET messages = excluded.messages, row_ids = excluded.row_ids"
+        " RETURNING u.given_up_at IS NOT NULL",
+        4, types, args, nullptr, false, SPI_OK_INSERT_RETURNING);
+    bool isnull;
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+// After an answer: the listed batches that the destination no longer holds
+// leave outbox.link_unrecognised, and link_status counts those it holds
+// that nobody gave up on.
+void forget_unrecognised(const LinkTarget *target, const int64 *batches, int nbatches,
+                         int unrecognised) {
+    static SPIPlanPtr forget_plan = nullptr, count_plan = nullptr;
+    Oid types[3] = {TEXTOID, INT8ARRAYOID, TEXTOID};
+    Datum args[3] = {CStringGetTextDatum(target->destination), pg::int8_array(batches, nbatches),
+                     CStringGetTextDatum(target->server)};
+    (void)pg::spi_run_kept(&forget_plan, "forgetting batches of no receipt of this side",
+                           "DELETE FROM outbox.link_unrecognised u WHERE u.destination = $1"
+                           " AND u.batch <> ALL ($2)",
+                           2, types, args, nullptr, false, SPI_OK_DELETE);
+    types[1] = INT4OID;
+    args[1] = Int32GetDatum(unrecognised);
+    (void)pg::spi_run_kept(
+        &count_plan, "counting batches of no receipt of this side",
+        "INSERT INTO outbox.link_status AS s (destination, server, unrecognised)"
+        " VALUES ($1, $3, $2) ON CONFLICT (destination) DO UPDATE"
+        " SET unrecognised = excluded.unrecognised WHERE s.unrecognised <> excluded.unrecognised",
+        3, types, args, nullptr, false, SPI_OK_INSERT);
+}
+
 // The batches the other side took whose answer was lost (a crash here, a
 // broken connection) are deleted here instead of being sent again, in this
 // transaction, before the round claims anything: as a link's batch would
@@ -472,6 +547,8 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     auto *first_ids = (int64 *)palloc(sizeof(int64) * Max(nbatches, 1));
     auto *batches = (int64 *)palloc(sizeof(int64) * Max(nbatches, 1));
     auto *messages = (int *)palloc(sizeof(int) * Max(nbatches, 1));
+    auto *recognised = (bool *)palloc(sizeof(bool) * Max(nbatches, 1));
+    int unrecognised = 0;
     int capacity = 1024;
     auto *ids = (int64 *)palloc(sizeof(int64) * capacity);
     int nids = 0;
@@ -490,19 +567,25 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
             PQclear(result);
             return -1;
         }
-        if (PQgetisnull(result, i, 3) ||
-            strcmp(PQgetvalue(result, i, 3),
-                   receipt(target, batches[i], ids + before, nids - before)) != 0) {
-            snprintf(error, error_size,
-                     "outbox.received() answered batch " INT64_FORMAT
-                     " without this side's receipt: it was not sent to %s, and deletes nothing",
-                     batches[i], target->destination);
-            PQclear(result);
-            return -1;
+        recognised[i] =
+            !PQgetisnull(result, i, 3) && is_receipt(target, PQgetvalue(result, i, 3), batches[i],
+                                                     count, ids + before, nids - before);
+        if (!recognised[i]) {
+            // Not this side's under any key: it deletes nothing here, is
+            // listed for the operator, and the link goes on.
+            if (note_unrecognised(target, batches[i], count, ids + before, nids - before))
+                owe_acknowledgement(c, batches[i]); // given up on: forgotten there
+            else
+                unrecognised++;
+            nids = before;
+            messages[i] = 0;
+            first_ids[i] = -1;
+            continue;
         }
         messages[i] = (int)count;
         first_ids[i] = nids > before ? ids[before] : -1;
     }
+    forget_unrecognised(target, batches, nbatches, unrecognised);
     // Every batch's rows in one statement (a scan of this silo's outbox,
     // which has no index: this runs once a connection), and only rows that
     // go to this destination: a cell's answer cannot delete another cell's
@@ -543,6 +626,8 @@ int recover(const LinkTarget *target, Connection *c, char *error, size_t error_s
     qsort(deleted, n, sizeof(int64), pg::compare_int64);
     int recovered = 0;
     for (int i = 0; i < nbatches; i++) {
+        if (!recognised[i])
+            continue;
         if (first_ids[i] >= 0 &&
             bsearch(&first_ids[i], deleted, n, sizeof(int64), pg::compare_int64) != nullptr)
             recovered += messages[i];
@@ -604,7 +689,7 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
         if (round->connection == nullptr) {
             round->connection = round_connection(target, round->error, sizeof round->error);
             round->failed = round->connection == nullptr;
-            if (!round->failed && !round->connection->recovered) {
+            if (!round->failed && (!round->connection->recovered || target->give_up_pending)) {
                 round->recovered =
                     recover(target, round->connection, round->error, sizeof round->error);
                 round->failed = round->recovered < 0;

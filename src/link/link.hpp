@@ -50,6 +50,11 @@ struct LinkTarget {
     const char **scope_names;
     const uint8 *secret; // the key of this side's receipts (outbox.link_secret)
     int secret_len;
+    const uint8 *previous; // the key before a rotation, while it counts (or NULL)
+    int previous_len;
+    // The operator gave up on a batch of outbox.link_unrecognised: each
+    // round asks outbox.received() again until the destination forgot it.
+    bool give_up_pending;
 };
 
 // The links of this database whose destination is not backing off, and

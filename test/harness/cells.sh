@@ -12,7 +12,10 @@
 # outbox_link_control on each cell.  Every database has the same registry
 # (scopes, categories, cells; eu numbers its scopes otherwise); control has
 # the control table auth_user, the cells the cell tables organization and
-# member (member.user_id refers to auth_user across silos, CASCADE).  The handlers record
+# member (member.user_id refers to auth_user across silos, CASCADE).
+# Control knows the Organization scope and the organization root (issue 46):
+# it takes a cell's message only for an organization that control places in
+# that cell (cells_place).  The handlers record
 # what they apply in the table applied.
 
 source "$(dirname "${BASH_SOURCE[0]}")/cluster.sh"
@@ -70,6 +73,10 @@ cells_stop() {
         fi
         [[ -n ${KEEP_CLUSTER:-} ]] || rm -rf "${CELL_DIR[$name]}"
     done
+}
+
+cells_place() { # CELL FIRST [LAST]: control places organizations FIRST..LAST in CELL
+    on control -c "SELECT count(outbox.set_organization_cell(g, '$1')) FROM generate_series($2, ${3:-$2}) g" >/dev/null
 }
 
 on() { # NAME psql-args...: psql on that database, quiet, tuples only
@@ -131,6 +138,12 @@ GRANT USAGE ON SCHEMA outbox TO outbox_link_us, outbox_link_eu;
 GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO outbox_link_us, outbox_link_eu;
 SELECT outbox.set_cell_server('us', 'cell_us', 'outbox_link_us');
 SELECT outbox.set_cell_server('eu', 'cell_eu', 'outbox_link_eu');
+-- What control needs to tell whose a cell's message is (issue 46): the
+-- cells' shards of scope Organization are organizations, and the
+-- organization table is their root.  A test places the organizations it
+-- writes with cells_place.
+SELECT outbox.set_organization_scope('Organization');
+SELECT outbox.set_organization_root('ORGANIZATION_UPDATE', 'organization');
 SQL
     for name in us eu; do
         # CELLS_OWN_TABLES: the caller creates the cells' tables itself.

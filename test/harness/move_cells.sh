@@ -44,6 +44,11 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO move_app;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO move_app;
 SQL
     done
+    # Placed before any row is written: control takes a cell's messages
+    # only for the organizations it places in that cell (issue 46), and a
+    # refused batch backs the link off.
+    on control -c "SELECT outbox.set_organization_cell(1, 'us'), outbox.set_organization_cell(2, 'us'),
+                          outbox.set_organization_cell(3, 'eu')" >/dev/null || return 1
     cat >"$work/env" <<EOF
 CONTROL_DSN='host=${CELL_DIR[control]} port=${CELL_PORT[control]} user=postgres dbname=postgres'
 CELL_DSN_us='host=${CELL_DIR[us]} port=${CELL_PORT[us]} user=move_app dbname=postgres'
@@ -79,8 +84,6 @@ INSERT INTO organization (id, slug, plan_id) VALUES (3, 'initech', 1);
 INSERT INTO project (organization_id, slug) VALUES (3, 'eu-project');
 SQL
     on control >/dev/null <<'SQL' || return 1
-SELECT outbox.set_organization_cell(1, 'us'), outbox.set_organization_cell(2, 'us'),
-       outbox.set_organization_cell(3, 'eu');
 CREATE TABLE org_audit (id bigint PRIMARY KEY, organization_id bigint NOT NULL);
 CREATE INDEX ON org_audit (organization_id);
 SELECT outbox.register_foreign_key('org_audit', 'organization_id', 'organization', 'CASCADE');

@@ -37,6 +37,8 @@ applied_users() { on "$1" -c "SELECT count(*) || ' ' || count(DISTINCT object) F
 
 # 1. Both directions.
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(1, 200) g"
+cells_place us 1 100
+cells_place eu 1001 1100
 on us -c "INSERT INTO organization SELECT g, 'us org ' || g FROM generate_series(1, 100) g"
 on eu -c "INSERT INTO organization SELECT g, 'eu org ' || g FROM generate_series(1001, 1100) g"
 check "control's 200 users reach cell us" wait_on us 30 \
@@ -84,9 +86,11 @@ check "metrics() counts them" \
 # 3b. Hostile answers from us (issue 25, items 3 to 6), while eu's rows
 # wait: its outbox.received() says it took eu's rows; then us's own rows
 # that were never sent, without this side's receipt; then it answers with
-# a NULL element.  Control deletes none of those rows, and each bad answer
-# fails the us link alone, visibly; us's own rows go on once it answers
-# truly again.
+# a NULL element.  Control deletes none of those rows.  A batch without
+# this side's receipt is listed (outbox.link_unrecognised, link_status,
+# metrics) and the link goes on (issue 46: it used to fail until
+# outbox.inbox_retention); a malformed answer fails the us link alone,
+# visibly; us's own rows go on once it answers truly again.
 eu_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'eu'")
 received_def=$(on us -c "SELECT pg_get_functiondef('outbox.received(int,bigint)'::regprocedure)")
 drop_link() { on us -c "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = 'outbox_link_control'" >/dev/null; }
@@ -107,12 +111,15 @@ hostile_received() { # ROW-IDS RECEIPT: us answers every received() with one bat
 }
 us_failures() { on control -c "SELECT failures FROM outbox.link_status WHERE destination = 'us'"; }
 hostile_received "'{$eu_ids}'" "'forged'"
-before=$(us_failures)
 on control -c "INSERT INTO auth_user VALUES (901, 'user 901')"
-check "us, answering with eu's rows, fails its link, visibly" wait_on control 30 \
-    "SELECT failures > $before AND last_error LIKE '%without this side''s receipt%' FROM outbox.link_status WHERE destination = 'us'" t
+check "us, answering with eu's rows without control's receipt, is listed, visibly" wait_on control 30 \
+    "SELECT l.unrecognised || ' ' || u.messages || ' ' || cardinality(u.row_ids) FROM outbox.link_status l JOIN outbox.link_unrecognised u USING (destination) WHERE destination = 'us' AND u.batch = 1" "1 100 100"
+metrics=$(on control -c "SELECT outbox.metrics()")
+check "metrics() counts it" grep -Eq '^pg_outbox_link_unrecognised_batches\{destination="us"\} 1$' <<<"$metrics"
 check "and none of eu's rows was deleted" \
     [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
+check "the us link goes on: user 901 reaches us" wait_on us 30 \
+    "SELECT count(*) FROM applied WHERE object = 901" 1
 # us's own rows, waiting (control's worker held off while they are
 # written): a peer cannot make control drop what it has not been sent.
 on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
@@ -120,22 +127,24 @@ sleep 0.5
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(903, 905) g"
 us_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'us' AND object_identifier BETWEEN 903 AND 905")
 hostile_received "'{$us_ids}'" "'forged'"
-before=$(us_failures)
 on control -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
-check "us, answering with its own unsent rows and no receipt, fails its link" wait_on control 30 \
-    "SELECT failures > $before AND last_error LIKE '%without this side''s receipt%' FROM outbox.link_status WHERE destination = 'us'" t
-check "and none of them was deleted" \
-    [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'us' AND object_identifier BETWEEN 903 AND 905")" = 3 ]
-metrics=$(on control -c "SELECT outbox.metrics()")
-check "metrics() shows the us link failing" grep -Eq '^pg_outbox_link_failures\{destination="us"\} [1-9]' <<<"$metrics"
+check "us, answering with its own unsent rows and no receipt, has them listed" wait_on control 30 \
+    "SELECT row_ids = '{$us_ids}' FROM outbox.link_unrecognised WHERE destination = 'us' AND batch = 1" t
+check "and none of them was deleted: they go to us, once" wait_on us 30 \
+    "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE object BETWEEN 903 AND 905" "3 3"
+before=$(us_failures)
 hostile_received "ARRAY[1, NULL]" "'forged'"
 on control -c "INSERT INTO auth_user VALUES (902, 'user 902')"
 check "an answer with a NULL element fails the us link, visibly" wait_on control 30 \
-    "SELECT last_error LIKE '%received() answered%' FROM outbox.link_status WHERE destination = 'us'" t
+    "SELECT failures > $before AND last_error LIKE '%received() answered%' FROM outbox.link_status WHERE destination = 'us'" t
+metrics=$(on control -c "SELECT outbox.metrics()")
+check "metrics() shows the us link failing" grep -Eq '^pg_outbox_link_failures\{destination="us"\} [1-9]' <<<"$metrics"
 on us -c "$received_def" >/dev/null
 drop_link
 check "and us gets its rows once it answers truly" wait_on us 60 \
     "SELECT count(*) FROM applied WHERE category = 1 AND object IN (901, 902, 903, 904, 905)" 5
+check "an answer without the forged batch takes it off the list" wait_on control 30 \
+    "SELECT (SELECT count(*) FROM outbox.link_unrecognised WHERE destination = 'us') || ' ' || unrecognised FROM outbox.link_status WHERE destination = 'us'" "0 0"
 check "eu's rows still wait for eu" \
     [ "$(on control -c "SELECT count(*) FROM outbox.control_outbox WHERE cell_name = 'eu' AND object_identifier > 1000")" = 100 ]
 # A cell's link role speaks for that cell only (item 1): as eu, nothing of
@@ -185,7 +194,7 @@ on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series
 # so makes a new one.)
 ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 99)" >/dev/null
 batch=$(on control -c "SELECT format('SELECT outbox.receive(1, 99, 4242, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
-            encode(hmac('us'::bytea || '\\x00'::bytea || int8send(4242)
+            encode(hmac('us'::bytea || '\\x00'::bytea || int8send(4242) || int8send(count(*))
                         || string_agg(int8send(o.id), ''::bytea ORDER BY o.shard_identifier, o.id),
                         (SELECT secret FROM outbox.link_secret), 'sha256'), 'hex'),
             array_agg(o.id ORDER BY o.shard_identifier, o.id),
@@ -372,5 +381,134 @@ on us -c "INSERT INTO member VALUES (70001, 8, 1)" >/dev/null
 check "the row walk passes the new member" wait_on us 60 \
     "SELECT row_watermark FROM outbox.foreign_keys WHERE relation = 'member'::regclass" 70001
 check "and the new member stays" [ "$(on us -c "SELECT count(*) FROM member WHERE user_id = 8")" = 1 ]
+
+# 12. A compromised cell (issue 46): us's link role speaks only for us's
+# organizations.  Called by hand as us's role: a tombstone of eu's
+# organization 1001 and a present of eu's organization 1002, which eu
+# deleted, are refused whole; control records nothing and forgets nothing.
+on eu -c "DELETE FROM organization WHERE id = 1002" >/dev/null
+check "eu's deletion of organization 1002 leaves its tombstone in control" wait_on control 30 \
+    "SELECT count(*) FROM outbox.control_tombstone WHERE table_name = 'organization' AND object_identifier = 1002" 1
+forge() { # SHARD OBJECT TOMBSTONE PRESENT: one message of us's role, by hand
+    ON_USER=outbox_link_us on control -c "SELECT FROM outbox.received(1, 4646)" \
+        -c "SELECT outbox.receive(1, 4646, $RANDOM$RANDOM, 'r', '{1}', '{Organization}', '{$1}', '{us}', '{ORGANIZATION_UPDATE}', '{$2}', ARRAY['{\"name\": \"forged\"}']::jsonb[], '{$3}', '{}', '{$4}')" 2>&1
+}
+control_state() { on control -c "SELECT (SELECT count(*) FROM outbox.control_tombstone) || ' ' || (SELECT count(*) FROM outbox.cell_outbox) || ' ' || (SELECT count(*) FROM applied WHERE payload->>'name' = 'forged')"; }
+before=$(control_state)
+check "a forged tombstone of eu's organization 1001, in us's shard, is refused" \
+    grep -q "cell 'us' may speak only for objects that live in it: .*organization 1001, which does not live in cell 'us'" <<<"$(forge 1 1001 organization NULL)"
+check "in its own shard too" \
+    grep -q "its shard ('Organization', 1001) is organization 1001" <<<"$(forge 1001 1001 organization NULL)"
+check "a forged present of eu's deleted organization 1002 is refused" \
+    grep -q "organization 1002, which does not live in cell 'us'" <<<"$(forge 1 1002 NULL organization)"
+check "and an organization control places nowhere" \
+    grep -q "organization 4747, which does not live in cell 'us'" <<<"$(forge 4747 4747 NULL organization)"
+check "control recorded nothing, forgot nothing, delivered nothing" [ "$(control_state)" = "$before" ]
+check "eu's tombstone of 1002 stays" \
+    [ "$(on control -c "SELECT count(*) FROM outbox.control_tombstone WHERE table_name = 'organization' AND object_identifier = 1002")" = 1 ]
+# The same through us's worker: a row for eu's organization 1003 written
+# into us's own outbox (a cell whose superuser is an attacker).  The us link
+# fails visibly, on us; eu's link goes on; gone, us's messages flow again.
+us_scope=$(on us -c "SELECT id FROM outbox.scopes WHERE name = 'Organization'")
+on us -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload) VALUES ($us_scope, 1003, 0, 1003, '{\"name\": \"forged\"}')" >/dev/null
+check "the us link fails, visibly, in us's link_status" wait_on us 30 \
+    "SELECT failures > 0 AND last_error LIKE '%may speak only for objects that live in it%organization 1003%' FROM outbox.link_status WHERE destination = 'control'" t
+metrics=$(on us -c "SELECT outbox.metrics()")
+check "and in us's metrics" grep -Eq '^pg_outbox_link_failures\{destination="control"\} [1-9]' <<<"$metrics"
+on eu -c "UPDATE organization SET name = 'eu org 1004, renamed' WHERE id = 1004" >/dev/null
+check "eu's link goes on" wait_on control 30 \
+    "SELECT count(*) FROM applied WHERE object = 1004 AND payload->>'name' = 'eu org 1004, renamed'" 1
+check "control took nothing of the forged message" [ "$(control_state)" = "$before" ]
+on us -c "DELETE FROM outbox.cell_outbox WHERE object_identifier = 1003" >/dev/null
+on us -c "UPDATE organization SET name = 'us org 5, renamed' WHERE id = 5" >/dev/null
+check "the forged row gone, us's messages flow again" wait_on control 90 \
+    "SELECT count(*) FROM applied WHERE object = 5 AND payload->>'name' = 'us org 5, renamed'" 1
+
+# 13. Roles by identity (issue 46, item 4): us's link role on control
+# renamed (and us's user mapping with it), then made a superuser: each stops
+# the us link with a clear error; undone, the link goes on.
+us_round() { # NAME: a change of us's organization 6, and wait for control
+    on us -c "UPDATE organization SET name = '$1' WHERE id = 6" >/dev/null
+}
+on control -c "ALTER ROLE outbox_link_us RENAME TO outbox_link_us_renamed" >/dev/null
+on us -c "ALTER USER MAPPING FOR postgres SERVER control_db OPTIONS (SET user 'outbox_link_us_renamed')" >/dev/null
+us_round renamed
+check "a renamed link role stops the link, saying so" wait_on us 30 \
+    "SELECT last_error LIKE '%renamed from outbox_link_us%' FROM outbox.link_status WHERE destination = 'control'" t
+on control -c "ALTER ROLE outbox_link_us_renamed RENAME TO outbox_link_us" >/dev/null
+on us -c "ALTER USER MAPPING FOR postgres SERVER control_db OPTIONS (SET user 'outbox_link_us')" >/dev/null
+check "named back, the link goes on" wait_on control 90 \
+    "SELECT count(*) FROM applied WHERE object = 6 AND payload->>'name' = 'renamed'" 1
+on control -c "ALTER ROLE outbox_link_us SUPERUSER" >/dev/null
+us_round promoted
+check "a link role made a superuser stops the link, saying so" wait_on us 30 \
+    "SELECT last_error LIKE '%link role outbox_link_us of ''us'' is a superuser now%' FROM outbox.link_status WHERE destination = 'control'" t
+on control -c "ALTER ROLE outbox_link_us NOSUPERUSER" >/dev/null
+check "no longer one, the link goes on" wait_on control 90 \
+    "SELECT count(*) FROM applied WHERE object = 6 AND payload->>'name' = 'promoted'" 1
+
+# 14. Rotating control's link secret (issue 46, item 3) while batches are
+# in flight: a batch us took whose answer control lost, receipted with
+# the key before the rotation (made by hand as in part 4), is still
+# recognised during the overlap: its rows are recovered, not sent again.
+# A batch whose receipt no key recognises (a lost secret) is listed and
+# does not stop the link; given up on, us forgets it.  A stream of users
+# goes out all along: every one applied once.
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 0.5
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(80001, 80010) g"
+ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 98)" >/dev/null
+batch_sql() { # TOKEN KEY-SQL FIRST LAST: receive() of those users' rows, receipted with that key
+    on control -c "SELECT format('SELECT outbox.receive(1, 98, $1, %L, %L, %L, %L, %L, %L, %L, %L, %L)',
+            encode(hmac('us'::bytea || '\\x00'::bytea || int8send($1) || int8send(count(*))
+                        || string_agg(int8send(o.id), ''::bytea ORDER BY o.shard_identifier, o.id),
+                        ($2), 'sha256'), 'hex'),
+            array_agg(o.id ORDER BY o.shard_identifier, o.id),
+            array_agg(s.name ORDER BY o.shard_identifier, o.id),
+            array_agg(o.shard_identifier ORDER BY o.shard_identifier, o.id),
+            array_agg(o.cell_name ORDER BY o.shard_identifier, o.id),
+            array_agg(k.name ORDER BY o.shard_identifier, o.id),
+            array_agg(o.object_identifier ORDER BY o.shard_identifier, o.id),
+            array_agg(o.payload ORDER BY o.shard_identifier, o.id),
+            array_agg(NULL::text))
+          FROM outbox.control_outbox o JOIN outbox.categories k ON k.id = o.category
+          JOIN outbox.scopes s ON s.id = o.shard_scope
+         WHERE o.cell_name = 'us' AND o.object_identifier BETWEEN $3 AND $4"
+}
+in_flight=$(batch_sql 4444 "SELECT secret FROM outbox.link_secret" 80001 80005)
+lost_key=$(batch_sql 4545 "SELECT gen_random_bytes(32)" 80006 80010)
+check "us takes a batch receipted with the key in force" [ "$(ON_USER=outbox_link_control on us -c "$in_flight")" = 5 ]
+check "and one receipted with a key control does not have" [ "$(ON_USER=outbox_link_control on us -c "$lost_key")" = 5 ]
+check "the secret rotates, the old key kept for an hour" \
+    [ "$(on control -c "SELECT outbox.rotate_link_secret('1 hour') > now()" -c "SELECT previous IS NOT NULL FROM outbox.link_secret")" = "t
+t" ]
+recovered=$(on control -c "SELECT recovered FROM outbox.link_status WHERE destination = 'us'")
+on control -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'" >/dev/null
+on control -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
+on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(81001, 83000) g" &
+streamer=$!
+check "the batch of the old key is recovered: 5 messages, not sent again" wait_on control 30 \
+    "SELECT recovered - $recovered FROM outbox.link_status WHERE destination = 'us'" 5
+check "the batch of no key is listed, not failed" wait_on control 30 \
+    "SELECT s.unrecognised || ' ' || s.failures || ' ' || u.messages FROM outbox.link_status s JOIN outbox.link_unrecognised u USING (destination) WHERE u.batch = 4545" "1 0 5"
+wait "$streamer"
+check "the stream goes on through the rotation: us has every user" wait_on us 60 \
+    "SELECT count(DISTINCT object) FROM applied WHERE category = 1 AND object BETWEEN 81001 AND 83000" 2000
+check "each applied once" [ "$(applied_users us 81001 83000)" = "2000 2000" ]
+check "the old key's users applied once" wait_on us 30 \
+    "SELECT count(*) || ' ' || count(DISTINCT object) FROM applied WHERE object BETWEEN 80001 AND 80005" "5 5"
+check "its rows, which control cannot prove it sent, go out again: us has each" wait_on us 30 \
+    "SELECT count(DISTINCT object) FROM applied WHERE object BETWEEN 80006 AND 80010" 5
+check "a batch of no key still waits in us's inbox" \
+    [ "$(on us -c "SELECT count(*) FROM outbox.inbox WHERE batch = 4545")" = 1 ]
+on control -c "SELECT outbox.give_up_link_batch('us', 4545)" >/dev/null
+on control -c "INSERT INTO auth_user VALUES (83001, 'user 83001')" >/dev/null
+sleep 1
+on control -c "INSERT INTO auth_user VALUES (83002, 'user 83002')" >/dev/null
+check "given up on, us forgets it" wait_on us 30 \
+    "SELECT count(*) FROM outbox.inbox WHERE batch = 4545" 0
+on control -c "INSERT INTO auth_user VALUES (83003, 'user 83003')" >/dev/null
+check "and control's list and count empty" wait_on control 30 \
+    "SELECT (SELECT count(*) FROM outbox.link_unrecognised) || ' ' || unrecognised FROM outbox.link_status WHERE destination = 'us'" "0 0"
 
 checks_done cells

@@ -1,7 +1,7 @@
 -- The SQL contract of SPEC section 8 (the parts that exist so far): names,
 -- signatures and columns that tests outside the project call.
 BEGIN;
-SELECT plan(61);
+SELECT plan(62);
 
 SELECT has_schema('outbox');
 SELECT has_function('outbox', 'register_scope', ARRAY['text', 'integer']);
@@ -184,6 +184,18 @@ SELECT ok(has_function_privilege('public', 'outbox.organization_cell(bigint)', '
           AND NOT has_table_privilege('public', 'outbox.organization_cells', 'SELECT')
           AND has_table_privilege('pg_monitor', 'outbox.organization_cells', 'SELECT'),
           'who may look up and change where organizations live');
+-- Whose a cell's messages are, and the link secret (issue 46): the
+-- extension owner's; pg_monitor reads the batches no key recognises.
+SELECT ok(NOT has_function_privilege('public', 'outbox.set_organization_scope(text)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.unset_organization_scope(text)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.set_organization_root(text, text)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.rotate_link_secret(interval)', 'EXECUTE')
+          AND NOT has_function_privilege('public', 'outbox.give_up_link_batch(text, bigint)', 'EXECUTE')
+          AND NOT has_table_privilege('public', 'outbox.cell_objects', 'SELECT')
+          AND NOT has_table_privilege('pg_monitor', 'outbox.cell_objects', 'SELECT')
+          AND NOT has_table_privilege('pg_monitor', 'outbox.link_secret', 'SELECT')
+          AND has_table_privilege('pg_monitor', 'outbox.link_unrecognised', 'SELECT'),
+          'who may configure whose cell messages are, rotate the link secret and give up on a batch');
 
 -- From SQL to C: a C function's symbol is its SQL name, schema included, with
 -- the dot made an underscore (src/released_symbols.cpp keeps the old ones).

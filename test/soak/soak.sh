@@ -49,7 +49,20 @@ for cell in us eu; do
     on "$cell" >/dev/null <<'SQL' || exit 1
 SELECT outbox.register_table('team', 'TEAM_UPDATE', 'cell', shard_column => 'organization_id',
                              payload_columns => '{name}');
-SELECT outbox.register_table('event', 'EVENT_UPDATE', 'cell', shard_column => 'project_id',
+-- Events are sharded by their organization (control takes a cell's
+-- message only for an organization that lives there: it knows which by the
+-- shard, issue 46), filled in from the project as they are written.
+ALTER TABLE event ADD COLUMN organization_id bigint;
+CREATE FUNCTION event_organization() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.organization_id := (SELECT p.organization_id FROM public.project p WHERE p.id = NEW.project_id);
+    RETURN NEW;
+END $$;
+CREATE TRIGGER event_organization BEFORE INSERT OR UPDATE OF project_id ON event
+    FOR EACH ROW EXECUTE FUNCTION event_organization();
+UPDATE event e SET organization_id = p.organization_id FROM project p WHERE p.id = e.project_id;
+ALTER TABLE event ALTER organization_id SET NOT NULL;
+SELECT outbox.register_table('event', 'EVENT_UPDATE', 'cell', shard_column => 'organization_id',
                              payload_columns => '{message}');
 CREATE INDEX ON member (user_id);
 SELECT outbox.register_foreign_key('member', 'user_id', 'auth_user', 'CASCADE');
