@@ -37,16 +37,30 @@ fill() { # cell expression (r: row number)
                      FROM generate_series(1, 1000) s, generate_series(1, $ROWS_PER_SHARD) r ORDER BY r, s" \
                -c "SELECT outbox.wake_worker()" >/dev/null
 }
-left() { # control rows waiting here and in the cells
-    echo $(($(on control -c "SELECT count(*) FROM outbox.control_outbox") + $(on us -c "SELECT count(*) FROM outbox.control_outbox") + $(on eu -c "SELECT count(*) FROM outbox.control_outbox")))
+# Waits until cell $1's handler has delivered $2 BENCH messages in all and
+# its outbox has no control row left, polling inside one session (pg_sleep
+# 20 ms): a new psql and backend for each look, as this benchmark did
+# before, took a quarter of both cores while the links ran (perf, 2 cores).
+wait_delivered() {
+    on "$1" -c "DO \$\$ BEGIN
+        WHILE (SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH') < $2
+              OR EXISTS (SELECT FROM outbox.control_outbox) LOOP
+            PERFORM pg_sleep(0.02);
+        END LOOP; END \$\$" >/dev/null
 }
+delivered() { on "$1" -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'"; }
 declare -A rate
 for run in $(seq "$RUNS"); do
+    local_before=$(delivered control)
     start=$(date +%s%N); fill "'local'"
-    until [[ $(left) == 0 ]]; do sleep 0.05; done
+    wait_delivered control $((local_before + messages))
     rate[local]+="$((messages * 1000 / $(ms_since "$start"))) "
+    us_before=$(delivered us) eu_before=$(delivered eu)
     start=$(date +%s%N); fill "CASE WHEN s % 2 = 0 THEN 'us' ELSE 'eu' END"
-    until [[ $(left) == 0 ]]; do sleep 0.05; done
+    wait_delivered us $((us_before + messages / 2)) & us_wait=$!
+    wait_delivered eu $((eu_before + messages / 2))
+    wait $us_wait
+    wait_delivered control 0
     rate[linked]+="$((messages * 1000 / $(ms_since "$start"))) "
     echo "run $run: local ${rate[local]}| linked ${rate[linked]}" >&2
 done
@@ -59,7 +73,7 @@ echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(on control -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/cells/run.sh\` RUNS=$RUNS"
 echo
 echo "Three clusters on this one machine; $messages messages (1,000 shards x $ROWS_PER_SHARD distinct objects) a fill, timed from"
-echo "the fill (one INSERT into control's outbox) until no row is left in any outbox; no-op PL/pgSQL handler; medians of $RUNS runs."
+echo "the fill (one INSERT into control's outbox) until each cluster's handler has counted its messages delivered and no row is left in any outbox (waits polled inside one session a cluster); no-op PL/pgSQL handler; medians of $RUNS runs."
 echo
 echo "| delivered | messages/s | vs local |"
 echo "|---|---:|---:|"

@@ -89,3 +89,9 @@ CREATE OR REPLACE TRIGGER drain_soon AFTER INSERT OR UPDATE ON outbox.handlers
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('handlers');
 CREATE OR REPLACE TRIGGER drain_soon AFTER DELETE ON outbox.paused_shards
     FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('both');
+-- A link removed or changed: the rows it was to take are the handlers'
+-- again (src/delivery/drain_pass.cpp, rows_hidden).
+CREATE OR REPLACE TRIGGER drain_soon AFTER UPDATE OR DELETE ON outbox.cells
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('control');
+CREATE OR REPLACE TRIGGER drain_soon AFTER UPDATE OR DELETE ON outbox.control_link
+    FOR EACH STATEMENT EXECUTE FUNCTION outbox._drain_soon('cell');

@@ -205,6 +205,16 @@ BEGIN
 END
 $$;
 
+-- The messages of a batch receive() took, checked (categories, scopes,
+-- tombstones and present) and written as capture writes, control rows as
+-- messages of own_cell (src/link/received_rows.cpp); the extension owner's
+-- only.
+CREATE OR REPLACE FUNCTION outbox._insert_received(own_cell text, control boolean,
+    shard_scopes text[], shard_identifiers bigint[], categories text[],
+    object_identifiers bigint[], payloads jsonb[], tombstones text[], present text[],
+    OUT written bigint, OUT gone int, OUT there int)
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__insert_received';
+
 -- Called by the other side's worker, logged in as its link role: takes a
 -- batch of messages into the local outbox, in order, with the tombstones
 -- that came with them, and records the batch in outbox.inbox (a batch
@@ -240,6 +250,7 @@ DECLARE
     own_cell text := CASE WHEN peer = 'control' THEN (SELECT l.cell_name FROM outbox.control_link l)
                           ELSE peer END;
     n int := cardinality(shard_scopes);
+    taken record;
     wrong text;
 BEGIN
     PERFORM outbox._require(session, 'session');
@@ -255,31 +266,16 @@ BEGIN
         RAISE EXCEPTION 'the message arrays must all have one element per message'
             USING ERRCODE = 'array_subscript_error';
     END IF;
-    IF present IS NOT NULL AND EXISTS (SELECT FROM unnest(tombstones, present) p(gone, there)
-                                        WHERE p.gone IS NOT NULL AND p.there IS NOT NULL) THEN
-        RAISE EXCEPTION 'a message''s object cannot be both gone (tombstones) and there (present)'
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    SELECT coalesce(quote_literal(c.name), 'NULL') INTO wrong FROM unnest(cell_names) c(name)
-     WHERE c.name IS DISTINCT FROM own_cell LIMIT 1;
-    IF FOUND THEN
+    -- One C loop over the cells when all is well (<@); the first wrong one
+    -- named when not.
+    IF own_cell IS NULL OR NOT cell_names <@ ARRAY[own_cell] THEN
+        SELECT coalesce(quote_literal(c.name), 'NULL') INTO wrong FROM unnest(cell_names) c(name)
+         WHERE c.name IS DISTINCT FROM own_cell LIMIT 1;
         RAISE EXCEPTION '% may send messages of cell % only, not of %', quote_literal(peer),
-            quote_literal(own_cell), wrong
+            coalesce(quote_literal(own_cell), 'NULL'), wrong
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = CASE silo WHEN 'control' THEN 'Control sends a cell the control messages of that cell.'
                                      ELSE 'A cell sends control its own cell messages.' END;
-    END IF;
-    SELECT quote_literal(c.name) INTO wrong FROM unnest(categories) c(name)
-     WHERE NOT EXISTS (SELECT FROM outbox.categories k WHERE k.name = c.name) LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'category % is not registered here', wrong
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    SELECT quote_literal(s.name) INTO wrong FROM unnest(shard_scopes) s(name)
-     WHERE NOT EXISTS (SELECT FROM outbox.scopes k WHERE k.name = s.name) LIMIT 1;
-    IF FOUND THEN
-        RAISE EXCEPTION 'scope % is not registered here', wrong
-            USING ERRCODE = 'undefined_object';
     END IF;
     -- Held to the end of this transaction: a newer connection's
     -- outbox.received() waits for it.
@@ -297,43 +293,35 @@ BEGIN
     IF NOT FOUND THEN
         RETURN 0;
     END IF;
+    -- Checked and written in one pass over the arrays, in the order they
+    -- came: ids follow it within each shard.
+    taken := outbox._insert_received(own_cell, silo = 'control', shard_scopes, shard_identifiers,
+                                     categories, object_identifiers, payloads, tombstones,
+                                     present);
     -- Control: each object must live in the sending cell (a refusal takes
-    -- nothing, the inbox entry included).
+    -- nothing: the rows above and the inbox entry roll back with it).
     IF silo = 'cell' THEN
         PERFORM outbox._check_cell_objects(peer, shard_scopes, shard_identifiers, categories,
                                            object_identifiers, tombstones, present);
     END IF;
-    -- Rows go in in the order they came: ids follow it within each shard.
-    -- (No temporary table: a caller's own one of the same name would run
-    -- its triggers as the extension owner.)
-    EXECUTE format('INSERT INTO outbox.%I (shard_scope, shard_identifier, category,'
-                   ' object_identifier, payload%s)'
-                   ' SELECT s.id, m.ident, k.id, m.object, m.payload%s'
-                   ' FROM unnest($1, $2, $3, $4, $5, $6) WITH ORDINALITY'
-                   ' AS m(scope_name, ident, cell, category_name, object, payload, n)'
-                   ' JOIN outbox.categories k ON k.name = m.category_name'
-                   ' JOIN outbox.scopes s ON s.name = m.scope_name ORDER BY m.n',
-                   silo || '_outbox', CASE silo WHEN 'control' THEN ', cell_name' ELSE '' END,
-                   CASE silo WHEN 'control' THEN ', m.cell' ELSE '' END)
-        USING shard_scopes, shard_identifiers, cell_names, categories, object_identifiers,
-              payloads;
     -- Tombstones of rows deleted on the other side: a deleted control row
     -- is recorded in cell_tombstone, a deleted cell row in control_tombstone.
-    EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
-                   ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
-                   ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
-                   CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-        USING tombstones, object_identifiers;
-    IF present IS NOT NULL THEN
+    IF taken.gone > 0 THEN
+        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
+                       ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
+                       ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
+                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+            USING tombstones, object_identifiers;
+    END IF;
+    IF taken.there > 0 THEN
         EXECUTE format('DELETE FROM outbox.%I t USING unnest($1, $2) p(name, object)'
                        ' WHERE p.name IS NOT NULL AND t.table_name = p.name'
                        ' AND t.object_identifier = p.object',
                        CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
             USING present, object_identifiers;
     END IF;
-    -- The worker drains them once this commits (the outbox's statement
-    -- trigger, outbox._drain_soon()); without one they wait for
-    -- outbox.drain().
+    -- The worker drains them once this commits (_insert_received wakes it
+    -- as capture does); without one they wait for outbox.drain().
     RETURN n;
 END
 $$;

@@ -7,6 +7,7 @@
 extern "C" {
 #include "storage/proc.h"
 #include "storage/procarray.h"
+#include "utils/datum.h"
 #include "utils/tuplestore.h"
 }
 
@@ -30,7 +31,6 @@ enum PassColumn {
     PC_SCOPE,
     PC_SHARD,
     PC_CELL,
-    PC_DUE_AT,
 };
 
 // What happens to the rows of the shard the stream is in.
@@ -128,7 +128,7 @@ struct ReadPlan {
     int kind;
     SPIPlanPtr plan;
 };
-ReadPlan read_plans[128];
+ReadPlan read_plans[256];
 int nread_plans = 0;
 
 SPIPlanPtr *read_plan(Oid partition, int kind) {
@@ -147,28 +147,136 @@ SPIPlanPtr *read_plan(Oid partition, int kind) {
 }
 
 // Whether, in the read's snapshot, rows of the silo were left out of it for
-// a while that no commit ends: a consumer's live lease (it lapses), a link
-// that takes them (it may be removed).  Paused shards are not: resuming one
-// wakes the worker (outbox._drain_soon()).
+// a while that no commit ends: a consumer's live lease (it lapses).  Paused
+// shards are not: resuming one wakes the worker (outbox._drain_soon()), and
+// neither are the rows a link takes, since removing the link does too
+// (60_drain.sql: before, each pass of a linked database read every
+// partition again, a fifth of control's time while its links ran in
+// bench/cells).
 bool rows_hidden(bool control) {
     static SPIPlanPtr plans[2] = {nullptr, nullptr};
+    pg::spi_run_kept(&plans[control ? 1 : 0], "reading the leases",
+                     control ? "SELECT EXISTS (SELECT FROM outbox.consumer_claims l"
+                               " WHERE l.silo = 'control' AND l.lease_until > pg_catalog.now())"
+                             : "SELECT EXISTS (SELECT FROM outbox.consumer_claims l"
+                               " WHERE l.silo = 'cell' AND l.lease_until > pg_catalog.now())",
+                     0, nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    bool isnull;
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+// The cells with a link (a server), as a text[], in the read's snapshot.
+Datum linked_cells() {
+    static SPIPlanPtr plan = nullptr;
+    pg::spi_run_kept(&plan, "reading the linked cells",
+                     "SELECT COALESCE(pg_catalog.array_agg(c.name), '{}'::text[])"
+                     " FROM outbox.cells c WHERE c.server IS NOT NULL",
+                     0, nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    bool isnull;
+    return datumCopy(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull), false,
+                     -1);
+}
+
+// Whether, in the read's snapshot, a shard of the silo is paused or leased
+// to a consumer.  Mostly none is: the read then leaves out the conditions
+// on them, which its cached plan may check row by row with an index probe
+// (a plan made while the partition was small: half a link pass's time in
+// bench/cells).  A pause or a lease that commits after the snapshot is not
+// in the read either way.
+bool rows_held(bool control) {
+    static SPIPlanPtr plans[2] = {nullptr, nullptr};
     pg::spi_run_kept(
-        &plans[control ? 1 : 0], "reading the leases",
-        control ? "SELECT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'control'"
+        &plans[control ? 1 : 0], "reading the pauses and leases",
+        control ? "SELECT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'control')"
+                  " OR EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'control'"
                   " AND l.lease_until > pg_catalog.now())"
-                  " OR EXISTS (SELECT FROM outbox.cells c WHERE c.server IS NOT NULL)"
-                : "SELECT EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'cell'"
-                  " AND l.lease_until > pg_catalog.now())"
-                  " OR EXISTS (SELECT FROM outbox.control_link)",
+                : "SELECT EXISTS (SELECT FROM outbox.paused_shards p WHERE p.silo = 'cell')"
+                  " OR EXISTS (SELECT FROM outbox.consumer_claims l WHERE l.silo = 'cell'"
+                  " AND l.lease_until > pg_catalog.now())",
         0, nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
     bool isnull;
     return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
 
+// The rows of one shard as a partition read streams them: a shard is due
+// when any of its rows is.  Its rows go to the pass's store from its first
+// due row on, with those before it, which wait (spilling to a file past
+// store_kbytes) until one is due or the shard ends; a shard that ends with
+// none due leaves only its earliest scheduled_for, when the worker reads
+// the partition again.
+struct ShardRun {
+    bool started;
+    int32 scope;
+    int64 identifier;
+    char *cell; // NULL: a cell row; palloc'd, of cell_size
+    int cell_size;
+    bool due;
+    TimestampTz earliest;
+    Tuplestorestate *waiting;
+};
+
+bool same_run(const ShardRun *run, int32 scope, int64 identifier, const text *cell) {
+    if (!run->started || run->scope != scope || run->identifier != identifier)
+        return false;
+    if (cell == nullptr || run->cell == nullptr)
+        return cell == nullptr && run->cell == nullptr;
+    int length = VARSIZE_ANY_EXHDR(cell);
+    return (int)strlen(run->cell) == length && memcmp(run->cell, VARDATA_ANY(cell), length) == 0;
+}
+
+void shard_run_end(DrainPass *pass, ShardRun *run) {
+    if (run->started && !run->due)
+        pass->next_due = Min(pass->next_due, run->earliest);
+    tuplestore_clear(run->waiting);
+    run->started = false;
+}
+
+void shard_run_add(DrainPass *pass, ShardRun *run, HeapTuple row, TupleDesc desc) {
+    bool isnull, cell_null;
+    int32 scope = DatumGetInt32(SPI_getbinval(row, desc, PC_SCOPE, &isnull));
+    int64 identifier = DatumGetInt64(SPI_getbinval(row, desc, PC_SHARD, &isnull));
+    Datum cell_datum = SPI_getbinval(row, desc, PC_CELL, &cell_null);
+    const text *cell = cell_null ? nullptr : DatumGetTextPP(cell_datum);
+    if (!same_run(run, scope, identifier, cell)) {
+        shard_run_end(pass, run);
+        run->started = true;
+        run->scope = scope;
+        run->identifier = identifier;
+        run->due = false;
+        run->earliest = DT_NOEND;
+        if (cell == nullptr) {
+            run->cell = nullptr;
+        } else {
+            int length = VARSIZE_ANY_EXHDR(cell);
+            if (length + 1 > run->cell_size || run->cell == nullptr) {
+                run->cell_size = Max(length + 1, 64);
+                run->cell = (char *)MemoryContextAlloc(pass->context, run->cell_size);
+            }
+            memcpy(run->cell, VARDATA_ANY(cell), length);
+            run->cell[length] = '\0';
+        }
+    }
+    if (run->due) {
+        tuplestore_puttuple(pass->store, row);
+        return;
+    }
+    TimestampTz scheduled =
+        DatumGetTimestampTz(SPI_getbinval(row, desc, PC_SCHEDULED_FOR, &isnull));
+    if (scheduled > pass->read_at) {
+        run->earliest = Min(run->earliest, scheduled);
+        tuplestore_puttuple(run->waiting, row);
+        return;
+    }
+    run->due = true;
+    while (tuplestore_gettupleslot(run->waiting, true, false, pass->slot))
+        tuplestore_puttupleslot(pass->store, pass->slot);
+    tuplestore_clear(run->waiting);
+    tuplestore_puttuple(pass->store, row);
+}
+
 // Reads the due rows of the next partition; false when there is none left.
-// A shard is due when any of its rows is: the window gives every row its
-// shard's earliest scheduled_for, and the rows come sorted by shard and id
-// (the window's sort is the query's).
+// The rows come sorted by shard and id; a shard is due when any of its rows
+// is (ShardRun).
 bool read_next_partition(DrainPass *pass) {
     // SPI's cursor calls leave SPI's procedure context current: the caller's
     // (the batch's) must be current again on the way out, or what the caller
@@ -210,53 +318,68 @@ bool read_next_partition(DrainPass *pass) {
     }
     bool control = pass->silo == 1;
     pass->partition_relid = outbox_of(pass->silo)->by_remainder[pass->partition].relid;
-    const char *shard =
-        control ? "shard_scope, shard_identifier, cell_name" : "shard_scope, shard_identifier";
-    // Kinds of read, each with a plan of its own: for handlers, for claims,
-    // for claims of one cell's rows ($3), and the last two for a link's
-    // pass, which alone reads the rows a link delivers to another cluster.
+    // The keys group a shard's rows; their order between shards means
+    // nothing, so the cell sorts bytewise (under the database's collation
+    // the sort's strcoll calls were the top of a link's pass: bench/cells),
+    // and not at all when the read is of one cell's rows.
     bool one_cell = control && pass->cell_name != nullptr;
-    int kind = (pass->categories == nullptr ? 0 : one_cell ? 2 : 1) + (pass->linked ? 3 : 0);
-    // A shard not due yet comes as its first row alone: when it is due
-    // tells the worker when to read the partition again.
-    char *sql = psprintf(
-        "SELECT row_ctid, id, category, object_identifier, scheduled_for, date_added,"
-        " shard_scope, shard_identifier, %s, due_at FROM ("
-        "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER w AS due_at,"
-        " pg_catalog.row_number() OVER w AS n"
-        " FROM %s o WHERE o.category = ANY ($1)%s%s%s WINDOW w AS (PARTITION BY %s"
-        " ORDER BY o.id ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) s"
-        " WHERE due_at <= $2 OR n = 1 ORDER BY %s, id",
-        control ? "cell_name" : "NULL::text",
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
-                                   get_rel_name(pass->partition_relid)),
-        not_held(control ? Silo::Control : Silo::Cell),
-        pass->linked ? "" : linked_elsewhere(control ? Silo::Control : Silo::Cell),
-        one_cell ? " AND o.cell_name = $3" : "", shard, shard);
+    const char *shard = control && !one_cell
+                            ? "o.shard_scope, o.shard_identifier, o.cell_name COLLATE \"C\""
+                            : "o.shard_scope, o.shard_identifier";
     int ncategories = pass->categories ? pass->ncategories : registry->nhandlers;
     const int32 *read = pass->categories ? pass->categories : registry->handler_categories;
     Datum *categories = (Datum *)palloc(sizeof(Datum) * ncategories);
     for (int c = 0; c < ncategories; c++)
         categories[c] = Int32GetDatum(read[c]);
-    Oid types[3] = {INT4ARRAYOID, TIMESTAMPTZOID, TEXTOID};
+    Oid types[4] = {INT4ARRAYOID, TIMESTAMPTZOID, TEXTOID, TEXTARRAYOID};
     pass->read_at = GetCurrentTimestamp();
-    Datum args[3] = {
+    Datum args[4] = {
         PointerGetDatum(construct_array(categories, ncategories, INT4OID, 4, true, TYPALIGN_INT)),
         TimestampTzGetDatum(pass->read_at),
-        one_cell ? CStringGetTextDatum(pass->cell_name) : (Datum)0};
+        one_cell ? CStringGetTextDatum(pass->cell_name) : (Datum)0, (Datum)0};
 
     // A fresh snapshot, kept: claims.cpp tells from it which shard errors
     // were written after the read.
     PushActiveSnapshot(GetTransactionSnapshot());
     keep_snapshot(pass, GetActiveSnapshot());
+    // Kinds of read, each with a plan of its own: for handlers, for claims,
+    // for claims of one cell's rows ($3), and the last two for a link's
+    // pass, which alone reads the rows a link delivers to another cluster;
+    // each again with the conditions on pauses and leases.
+    bool held = rows_held(control);
+    // The rows a link delivers to another cluster, left out of a control
+    // read by a filter on the scan (linked_elsewhere's anti-join cost a
+    // handler pass over a fill for the links half of the links' head start
+    // in bench/cells).
+    if (control && !pass->linked)
+        args[3] = linked_cells();
+    // Parameters a read does not use are NULL (the portal copies them all).
+    char nulls[5] = {' ', ' ', one_cell ? ' ' : 'n', control && !pass->linked ? ' ' : 'n', '\0'};
+    int kind = (pass->categories == nullptr ? 0
+                : one_cell                  ? 2
+                                            : 1) +
+               (pass->linked ? 3 : 0) + (held ? 6 : 0);
+    // Which shards are due is worked out as the rows come (ShardRun): a
+    // window over the shard in SQL doubled the read's cost (bench/cells).
+    char *sql = psprintf(
+        "SELECT o.ctid, o.id, o.category, o.object_identifier, o.scheduled_for, o.date_added,"
+        " o.shard_scope, o.shard_identifier, %s FROM %s o WHERE o.category = ANY ($1)%s%s%s"
+        " ORDER BY %s, o.id",
+        control ? "o.cell_name" : "NULL::text",
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
+                                   get_rel_name(pass->partition_relid)),
+        held ? not_held(control ? Silo::Control : Silo::Cell) : "",
+        pass->linked ? ""
+        : control    ? " AND o.cell_name <> ALL ($4)"
+                     : linked_elsewhere(Silo::Cell),
+        one_cell ? " AND o.cell_name = $3" : "", shard);
     int level = NewGUCNestLevel();
     (void)set_config_option("work_mem", read_work_mem, PGC_USERSET, PGC_S_SESSION, GUC_ACTION_SAVE,
                             true, 0, false);
-    Portal portal =
-        SPI_cursor_open(nullptr,
-                        pg::spi_prepare_kept(read_plan(pass->partition_relid, kind),
-                                             "a partition read", sql, one_cell ? 3 : 2, types),
-                        args, nullptr, true);
+    Portal portal = SPI_cursor_open(nullptr,
+                                    pg::spi_prepare_kept(read_plan(pass->partition_relid, kind),
+                                                         "a partition read", sql, 4, types),
+                                    args, nulls, true);
     MemoryContext old = MemoryContextSwitchTo(pass->context);
     // interXact: its temporary file outlives this transaction.
     pass->store = tuplestore_begin_heap(false, true, store_kbytes);
@@ -264,21 +387,18 @@ bool read_next_partition(DrainPass *pass) {
     pass->slot = MakeSingleTupleTableSlot(pass->store_desc, &TTSOpsMinimalTuple);
     MemoryContextSwitchTo(old);
     pass->next_due = DT_NOEND;
+    ShardRun run = {};
+    run.waiting = tuplestore_begin_heap(false, false, store_kbytes);
     for (;;) {
         SPI_cursor_fetch(portal, true, 1000);
         if (SPI_processed == 0)
             break;
-        for (uint64 i = 0; i < SPI_processed; i++) {
-            bool isnull;
-            TimestampTz due = DatumGetTimestampTz(
-                SPI_getbinval(SPI_tuptable->vals[i], SPI_tuptable->tupdesc, PC_DUE_AT, &isnull));
-            if (due > pass->read_at)
-                pass->next_due = Min(pass->next_due, due);
-            else
-                tuplestore_puttuple(pass->store, SPI_tuptable->vals[i]);
-        }
+        for (uint64 i = 0; i < SPI_processed; i++)
+            shard_run_add(pass, &run, SPI_tuptable->vals[i], SPI_tuptable->tupdesc);
         SPI_freetuptable(SPI_tuptable);
     }
+    shard_run_end(pass, &run);
+    tuplestore_end(run.waiting);
     SPI_cursor_close(portal);
     if (pass->scope != PassScope::Unwatched) {
         pass->read_whole = !rows_hidden(control);

@@ -22,11 +22,13 @@ extern "C" {
 #include "common/sha2.h"
 #include "port/pg_bswap.h"
 #include "libpq-fe.h"
+#include "libpq/pqformat.h"
 #include "miscadmin.h"
 #include "pgstat.h"
 #include "storage/latch.h"
 #include "utils/array.h"
 #include "utils/fmgroids.h"
+#include "utils/jsonb.h"
 #include "utils/timestamp.h"
 }
 
@@ -40,9 +42,78 @@ constexpr int round_batches = 4;
 
 void record_status(const LinkTarget *target, int sent, int recovered, const char *error);
 
-char *array_text(Datum array) {
-    return OidOutputFunctionCall(F_ARRAY_OUT, array);
-}
+// outbox.receive()'s arguments.  The arrays go in PostgreSQL's binary
+// array format (array_recv's), written straight from the batch: as text
+// (array_out) they were a tenth of the sender's time and their parsing
+// (array_in) the top of the receiver's, and construct_array with array_send
+// still called a send function and allocated for every element
+// (bench/cells).  Element types are built-in, so their OIDs, which
+// array_recv checks, are the same on both sides.
+struct BinaryArray {
+    StringInfoData buf;
+
+    BinaryArray(Oid element, int n, bool hasnull) {
+        initStringInfo(&buf);
+        pq_sendint32(&buf, n == 0 ? 0 : 1); // dimensions
+        pq_sendint32(&buf, hasnull ? 1 : 0);
+        pq_sendint32(&buf, element);
+        if (n > 0) {
+            pq_sendint32(&buf, n);
+            pq_sendint32(&buf, 1); // lower bound
+        }
+    }
+    void int8(int64 value) {
+        pq_sendint32(&buf, 8);
+        pq_sendint64(&buf, value);
+    }
+    void text(const char *value) { // NULL for NULL
+        if (value == nullptr) {
+            pq_sendint32(&buf, -1);
+            return;
+        }
+        int length = (int)strlen(value);
+        pq_sendint32(&buf, length);
+        appendBinaryStringInfo(&buf, value, length);
+    }
+    void jsonb(Datum value) { // 0 for NULL
+        if (value == (Datum)0) {
+            pq_sendint32(&buf, -1);
+            return;
+        }
+        // As jsonb_send: a version byte and the text, written in place.
+        int at = buf.len;
+        pq_sendint32(&buf, 0);
+        pq_sendint8(&buf, 1);
+        Jsonb *document = DatumGetJsonbP(value);
+        (void)JsonbToCString(&buf, &document->root, VARSIZE(document));
+        uint32 length = pg_hton32((uint32)(buf.len - at - 4));
+        memcpy(buf.data + at, &length, sizeof length);
+    }
+};
+
+struct ReceiveParams {
+    static constexpr int count = 14;
+    const char *values[count];
+    int lengths[count];
+    int formats[count];
+
+    void text(int i, const char *value) {
+        values[i] = value;
+        lengths[i] = 0;
+        formats[i] = 0;
+    }
+    void array(int i, const BinaryArray &array) {
+        values[i] = array.buf.data;
+        lengths[i] = array.buf.len;
+        formats[i] = 1;
+    }
+    void int8_array(int i, const int64 *items, int n) {
+        BinaryArray array(INT8OID, n, false);
+        for (int k = 0; k < n; k++)
+            array.int8(items[k]);
+        this->array(i, array);
+    }
+};
 
 // This side's receipt for a batch it sends: an HMAC-SHA256 keyed by
 // outbox.link_secret of the destination's name and a zero byte, the
@@ -118,9 +189,10 @@ void read_secret(MemoryContext context, LinkTarget *targets, int n) {
     }
 }
 
-// Ids and names of a registry table (categories, scopes), in context.
-int read_names(MemoryContext context, SPIPlanPtr *plan, const char *table, int32 **ids,
-               const char ***names) {
+} // namespace
+
+int link_read_names(MemoryContext context, SPIPlanPtr *plan, const char *table, int32 **ids,
+                    const char ***names) {
     uint64 n = pg::spi_run_kept(plan, "reading names",
                                 psprintf("SELECT id, name FROM outbox.%s ORDER BY id", table), 0,
                                 nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
@@ -136,8 +208,6 @@ int read_names(MemoryContext context, SPIPlanPtr *plan, const char *table, int32
     MemoryContextSwitchTo(caller);
     return (int)n;
 }
-
-} // namespace
 
 int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cell,
                  bool *receives_control) {
@@ -195,8 +265,8 @@ int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cel
     int32 *category_ids, *scope_ids;
     const char **category_names, **scope_names;
     int ncategories =
-        read_names(context, &categories_plan, "categories", &category_ids, &category_names);
-    int nscopes = read_names(context, &scopes_plan, "scopes", &scope_ids, &scope_names);
+        link_read_names(context, &categories_plan, "categories", &category_ids, &category_names);
+    int nscopes = link_read_names(context, &scopes_plan, "scopes", &scope_ids, &scope_names);
     for (int t = 0; t < k; t++) {
         result[t].ncategories = ncategories;
         result[t].categories = category_ids;
@@ -218,7 +288,7 @@ DrainPass *link_pass_begin(const LinkTarget *target) {
 
 namespace {
 
-// The batch's rows, its receipt and its messages as the text of
+// The batch's rows, its receipt and its messages as
 // outbox.receive()'s arguments ($4 to $12, and $14): scopes and categories
 // by name, cell_names the control rows' cell or this cell's own name,
 // tombstones[m] the table whose row of message m's object is gone here and
@@ -228,52 +298,41 @@ namespace {
 // tombstones must travel with its messages; that link's round fails and backs off, and the other
 // links go on.
 bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const LeasedBatch *leased,
-                       int64 token, const char **params, char *error, size_t error_size) {
+                       int64 token, ReceiveParams *params, char *error, size_t error_size) {
     int n = leased->nmessages;
-    auto *scopes = (Datum *)palloc(sizeof(Datum) * n);
-    auto *identifiers = (Datum *)palloc(sizeof(Datum) * n);
-    auto *cells = (Datum *)palloc(sizeof(Datum) * n);
-    auto *categories = (Datum *)palloc(sizeof(Datum) * n);
-    auto *objects = (Datum *)palloc(sizeof(Datum) * n);
-    auto *payloads = (Datum *)palloc(sizeof(Datum) * n);
-    auto *payload_nulls = (bool *)palloc(sizeof(bool) * n);
-    auto *tombstones = (Datum *)palloc0(sizeof(Datum) * n);
-    auto *tombstone_nulls = (bool *)palloc(sizeof(bool) * n);
-    auto *present = (Datum *)palloc0(sizeof(Datum) * n);
-    auto *present_nulls = (bool *)palloc(sizeof(bool) * n);
+    BinaryArray scopes(TEXTOID, n, false), identifiers(INT8OID, n, false), cells(TEXTOID, n, false),
+        categories(TEXTOID, n, false), objects(INT8OID, n, false);
+    bool payload_nulls = false;
+    for (int m = 0; m < n; m++)
+        payload_nulls = payload_nulls || leased->messages[m].payload == (Datum)0;
+    BinaryArray payloads(JSONBOID, n, payload_nulls);
     for (int m = 0; m < n; m++) {
         const LeasedMessage *message = &leased->messages[m];
         const ShardKey *shard = &batch->segments[message->segment].shard;
-        scopes[m] = CStringGetTextDatum(
+        scopes.text(
             name_of(shard->shard_scope, target->nscopes, target->scopes, target->scope_names));
-        identifiers[m] = Int64GetDatum(shard->shard_identifier);
-        cells[m] = CStringGetTextDatum(target->control_silo ? shard->cell_name : target->sender);
-        categories[m] = CStringGetTextDatum(name_of(message->category, target->ncategories,
-                                                    target->categories, target->category_names));
-        objects[m] = Int64GetDatum(message->object_identifier);
-        payloads[m] = message->payload;
-        payload_nulls[m] = message->payload == (Datum)0;
-        tombstone_nulls[m] = true;
-        present_nulls[m] = true;
+        identifiers.int8(shard->shard_identifier);
+        cells.text(target->control_silo ? shard->cell_name : target->sender);
+        categories.text(name_of(message->category, target->ncategories, target->categories,
+                                target->category_names));
+        objects.int8(message->object_identifier);
+        payloads.jsonb(message->payload);
     }
-    int dims[1] = {n}, lbs[1] = {1};
     int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
-    params[3] = receipt(target->secret, target->secret_len, target->destination, token, n,
-                        leased->ids, nrows);
-    params[4] = array_text(pg::int8_array(leased->ids, nrows));
-    params[5] =
-        array_text(PointerGetDatum(construct_array(scopes, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[6] = array_text(PointerGetDatum(
-        construct_array(identifiers, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
-    params[7] =
-        array_text(PointerGetDatum(construct_array(cells, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[8] = array_text(
-        PointerGetDatum(construct_array(categories, n, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[9] = array_text(
-        PointerGetDatum(construct_array(objects, n, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)));
-    params[10] = array_text(PointerGetDatum(construct_md_array(
-        payloads, payload_nulls, 1, dims, lbs, JSONBOID, -1, false, TYPALIGN_INT)));
+    params->text(3, receipt(target->secret, target->secret_len, target->destination, token, n,
+                            leased->ids, nrows));
+    params->int8_array(4, leased->ids, nrows);
+    params->array(5, scopes);
+    params->array(6, identifiers);
+    params->array(7, cells);
+    params->array(8, categories);
+    params->array(9, objects);
+    params->array(10, payloads);
 
+    // tombstones[m] and present[m]: a table's key, or NULL.
+    auto *tombstones = (const char **)palloc0(sizeof(char *) * Max(n, 1));
+    auto *present = (const char **)palloc0(sizeof(char *) * Max(n, 1));
+    int ngone = 0, nthere = 0;
     const Registry *registry = registry_get();
     auto *ids = (int64 *)palloc(sizeof(int64) * Max(n, 1));
     auto *positions = (int *)palloc(sizeof(int) * Max(n, 1));
@@ -310,17 +369,20 @@ bool receive_arguments(const LinkTarget *target, const DrainBatch *batch, const 
         for (int j = 0; j < k; j++)
             if (nitems > 0 &&
                 bsearch(&ids[j], gone, nitems, sizeof(int64), pg::compare_int64) != nullptr) {
-                tombstones[positions[j]] = CStringGetTextDatum(table->table_key);
-                tombstone_nulls[positions[j]] = false;
+                tombstones[positions[j]] = table->table_key;
+                ngone++;
             } else {
-                present[positions[j]] = CStringGetTextDatum(table->table_key);
-                present_nulls[positions[j]] = false;
+                present[positions[j]] = table->table_key;
+                nthere++;
             }
     }
-    params[11] = array_text(PointerGetDatum(construct_md_array(
-        tombstones, tombstone_nulls, 1, dims, lbs, TEXTOID, -1, false, TYPALIGN_INT)));
-    params[13] = array_text(PointerGetDatum(construct_md_array(present, present_nulls, 1, dims, lbs,
-                                                               TEXTOID, -1, false, TYPALIGN_INT)));
+    BinaryArray gone_tables(TEXTOID, n, ngone < n), present_tables(TEXTOID, n, nthere < n);
+    for (int m = 0; m < n; m++) {
+        gone_tables.text(tombstones[m]);
+        present_tables.text(present[m]);
+    }
+    params->array(11, gone_tables);
+    params->array(13, present_tables);
     return true;
 }
 
@@ -714,26 +776,27 @@ LinkSend link_round_send(LinkRound *round, DrainPass *pass) {
     // A random token names the batch in the other side's inbox.
     sent->token = pg::random_token();
     Connection *c = round->connection;
-    const char *params[14];
-    params[0] = psprintf("%d", link_protocol);
-    params[1] = psprintf(INT64_FORMAT, c->session);
-    params[2] = psprintf(INT64_FORMAT, sent->token);
-    if (!receive_arguments(target, batch, &sent->leased, sent->token, params, round->error,
+    ReceiveParams params;
+    params.text(0, psprintf("%d", link_protocol));
+    params.text(1, psprintf(INT64_FORMAT, c->session));
+    params.text(2, psprintf(INT64_FORMAT, sent->token));
+    if (!receive_arguments(target, batch, &sent->leased, sent->token, &params, round->error,
                            sizeof round->error)) {
         round->failed = true; // nothing of this batch was sent
         return LinkSend::Sent;
     }
     if (round->nbatches == 1)
         round->acknowledged = c->nacknowledge;
-    params[12] =
-        array_text(pg::int8_array(c->acknowledge, round->nbatches == 1 ? c->nacknowledge : 0));
+    params.int8_array(12, c->acknowledge, round->nbatches == 1 ? c->nacknowledge : 0);
     pgstat_report_activity(STATE_RUNNING, "pg_outbox: sending link batches");
     if (!PQsendQueryParams(c->conn,
                            "SELECT outbox.receive($1::int, $2::bigint, $3::bigint, $4::text,"
                            " $5::bigint[], $6::text[], $7::bigint[], $8::text[], $9::text[],"
                            " $10::bigint[], $11::jsonb[], $12::text[], $13::bigint[],"
                            " $14::text[])",
-                           14, nullptr, params, nullptr, nullptr, 0)) {
+                           ReceiveParams::count, nullptr, params.values, params.lengths,
+                           params.formats, 0) ||
+        !PQpipelineSync(c->conn)) {
         strlcpy(round->error, PQerrorMessage(c->conn), sizeof round->error);
         round->failed = true;
     } else if (!flush(c->conn, round->error, sizeof round->error)) {
@@ -794,15 +857,23 @@ int link_round_finish(LinkRound *round, char *error, size_t error_size) {
             record_status(target, 0, round->recovered, nullptr);
         return 0;
     }
-    PGconn *conn = round->connection ? round->connection->conn : nullptr;
-    // The other side's transaction ends at the sync point: every batch of
-    // the round is taken there, or none.
-    if (!round->failed &&
-        (!PQpipelineSync(conn) || !flush(conn, round->error, sizeof round->error)))
+    // A round that sent a batch has a connection.
+    if (!round->failed && round->connection == nullptr) {
+        strlcpy(round->error, "pg_outbox: a link round sent a batch without a connection",
+                sizeof round->error);
         round->failed = true;
-    for (int b = 0; b < round->nbatches && !round->failed; b++)
+    }
+    PGconn *conn = round->connection ? round->connection->conn : nullptr;
+    // Each batch is a transaction of its own there (a sync point follows
+    // each): the other side's worker delivers the first while this side
+    // sends the rest, rather than all of them after the round (bench/cells).
+    // A batch that failed there fails the round here: this side deletes
+    // nothing, and the next connection finds the batches the other side did
+    // take in its inbox (recover()).
+    for (int b = 0; b < round->nbatches && !round->failed; b++) {
         round->failed = taken_by_receive(conn, round->error, sizeof round->error) < 0;
-    if (!round->failed) {
+        if (round->failed)
+            break;
         PGresult *sync = next_result(conn, round->error, sizeof round->error);
         round->failed = sync == nullptr || PQresultStatus(sync) != PGRES_PIPELINE_SYNC;
         if (sync != nullptr && round->failed)

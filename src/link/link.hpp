@@ -13,10 +13,11 @@
 //      this side's link role (the other side knows who is speaking by it):
 //      it takes each message into its outbox once (outbox.inbox), with the
 //      tombstones of the rows gone here and this side's receipt for the
-//      batch, in one transaction for the round;
+//      batch, in one transaction for each batch;
 //   3. the round's rows deleted here, and this transaction commits.  When 2
-//      fails, nothing is deleted and the link backs off (1 s, 2 s, ... a
-//      minute); outbox.link_status shows it.
+//      fails for a batch, nothing is deleted and the link backs off (1 s,
+//      2 s, ... a minute); outbox.link_status shows it, and the next
+//      connection deletes the rows of the batches the other side took.
 // A crash after 2 committed and before 3 did: the next connection asks
 // outbox.received() what the other side took and deletes those rows here
 // instead of sending them again, once their receipts prove this side sent
@@ -64,21 +65,28 @@ struct LinkTarget {
 int link_targets(MemoryContext context, LinkTarget **targets, bool *receives_cell,
                  bool *receives_control);
 
+// Ids and names of a registry table (categories, scopes), in context; with
+// SPI.  The other side of a link knows them by name.
+int link_read_names(MemoryContext context, SPIPlanPtr *plan, const char *table, int32 **ids,
+                    const char ***names);
+
 // A pass over the target's due rows (it outlives transactions: end it with
 // drain_pass_end).
 DrainPass *link_pass_begin(const LinkTarget *target);
 
 // A round hands the destination's next batches over in one transaction
-// here and one there: link_round_send takes the pass's next batch (at most
-// outbox.link_batch_size rows) and sends it without waiting (libpq's
-// pipeline mode), so that the other side takes it while this side claims
-// the next one, and every destination works at once; link_round_finish
-// ends the other side's transaction, waits for its answers and deletes the
+// here, each batch in one there: link_round_send takes the pass's next batch
+// (at most outbox.link_batch_size rows) and sends it without waiting
+// (libpq's pipeline mode, a sync point after each), so that the other side
+// takes it while this side claims the next one, and every destination
+// works at once; link_round_finish waits for the answers and deletes the
 // round's rows here, in the current transaction, which must commit for the
 // deletions to hold.  It returns the messages handed over, or -1 when the
-// other side could not be reached or refused (error says why): nothing is
-// deleted, the other side took nothing, and the link backs off.  Inside a
-// transaction, with SPI; a round lives in the current memory context.
+// other side could not be reached or refused a batch (error says why):
+// nothing is deleted here, the link backs off, and the next connection's
+// recovery deletes the rows of the batches the other side did take.
+// Inside a transaction, with SPI; a round lives in the current memory
+// context.
 struct LinkRound;
 enum class LinkSend {
     Sent,      // a batch (or the send failed: link_round_finish says so)

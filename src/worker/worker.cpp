@@ -223,6 +223,10 @@ int64 drain_pass(bool cell, bool control, PassScope scope, int64 *delivered) {
 constexpr long woken_pass_ms = 5;
 TimestampTz woken_pass_at = 0; // when the next may start
 bool cycle_cell = false, cycle_control = false;
+bool cycle_links = false; // the last cycle had links to send over
+// Set while links send: a woken pass between their rounds sends none.
+bool sending_links = false;
+int64 send_links(int ntargets, LinkTarget *targets);
 int64 scheduled_between = 0;
 // Whether the extension was there at the last look: without it there is
 // nothing to drain (a pass would fail on every wake-up).
@@ -266,6 +270,26 @@ void drain_woken() {
     }
     int64 delivered = 0;
     int64 scheduled = drain_pass(cycle_cell, cycle_control, PassScope::Woken, &delivered);
+    // Then the links, when the last cycle had any: a commit's rows for
+    // another cluster go out now, not at the next cycle (a naptime later).
+    if (cycle_links && !sending_links) {
+        MemoryContext context = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox woken links",
+                                                      ALLOCSET_SMALL_SIZES);
+        LinkTarget *targets = nullptr;
+        int ntargets = 0;
+        bool receives_cell, receives_control;
+        // The rounds' transactions start no woken pass meanwhile: the
+        // handlers' next one waits for these rounds (one pass, and a second
+        // at most, of each link), as the links wait for the handlers'.
+        draining = true;
+        in_transaction(
+            "pg_outbox: reading links",
+            [&] { ntargets = link_targets(context, &targets, &receives_cell, &receives_control); },
+            nullptr);
+        delivered += send_links(ntargets, targets);
+        draining = false;
+        MemoryContextDelete(context);
+    }
     TimestampTz end = GetCurrentTimestamp();
     woken_pass_at = Max(TimestampTzPlusMilliseconds(now, woken_pass_ms), end + (end - now));
     scheduled_between += scheduled;
@@ -597,16 +621,25 @@ void retry_checks(TimestampTz now) {
 // pass over its rows each, one transaction per round: batches for every
 // destination in turn, sent without waiting for answers, so that the other
 // databases take them while this one claims the next; then every round's
-// answers.  A destination drops out when its pass is over or its round
-// fails.  Returns the messages handed over.
+// answers.  A destination drops out when its pass is over (it may start one
+// more, below) or its round fails.  Returns the messages handed over.
 int64 send_links(int ntargets, LinkTarget *targets) {
+    if (ntargets == 0)
+        return 0;
     int64 sent = 0;
+    sending_links = true;
     // Arrays of pointers, one per destination: sizeof a pointer is meant.
     // NOLINTNEXTLINE(bugprone-sizeof-expression)
     auto **passes = (DrainPass **)palloc0(sizeof(DrainPass *) * Max(ntargets, 1));
     // NOLINTNEXTLINE(bugprone-sizeof-expression)
     auto **rounds = (LinkRound **)palloc0(sizeof(LinkRound *) * Max(ntargets, 1));
     auto *over = (bool *)palloc0(sizeof(bool) * Max(ntargets, 1));
+    // A pass reads the partitions one after the other: rows committed while
+    // it read the first ones wait for the next pass.  A destination whose
+    // pass ends while another's goes on starts a second one, once (or rows
+    // of a fill that committed as the cycle began waited for the slowest
+    // link: bench/cells).
+    auto *again = (bool *)palloc0(sizeof(bool) * Max(ntargets, 1));
     int going = ntargets;
     for (int t = 0; t < ntargets; t++)
         passes[t] = link_pass_begin(&targets[t]);
@@ -644,7 +677,14 @@ int64 send_links(int ntargets, LinkTarget *targets) {
                         sent += n;
                     if (n < 0 || over[t])
                         end_pass(t);
+                    over[t] = over[t] && n >= 0; // a failed link backs off
                 }
+                for (int t = 0; t < ntargets; t++)
+                    if (passes[t] == nullptr && over[t] && !again[t] && going > 0) {
+                        again[t] = true;
+                        passes[t] = link_pass_begin(&targets[t]);
+                        going++;
+                    }
             },
             nullptr);
         link_rounds_ended(ok);
@@ -654,6 +694,7 @@ int64 send_links(int ntargets, LinkTarget *targets) {
     for (int t = 0; t < ntargets; t++)
         if (passes[t] != nullptr)
             drain_pass_end(passes[t]);
+    sending_links = false;
     return sent;
 }
 
@@ -724,6 +765,7 @@ bool cycle(bool requested) {
     bool control = silo_mode != SILO_MODE_CELL || receives_control;
     cycle_cell = cell;
     cycle_control = control;
+    cycle_links = ntargets > 0;
     scheduled += drain_pass(cell, control, requested ? PassScope::All : PassScope::Due, &delivered);
     delivered += send_links(ntargets, targets);
     bool moving = silo_mode == SILO_MODE_CONTROL && move_organizations();
