@@ -2,16 +2,17 @@
 # against a running server that preloads pg_outbox (test/run-tests.sh does all
 # of it on a throwaway cluster).
 MODULE_big = pg_outbox
-SRCS := $(sort $(wildcard src/*.cpp src/*/*.cpp))
+SRCS := $(sort $(wildcard src/*.cpp src/*/*.cpp src/*/*/*.cpp))
 OBJS = $(SRCS:.cpp=.o)
-HDRS := $(wildcard src/*.hpp src/*/*.hpp)
+HDRS := $(wildcard src/*.hpp src/*/*.hpp src/*/*/*.hpp)
 
 MODULEDIR = extension
 # The SQL (README, "Layout"): extension/released/ keeps the scripts of the
 # released versions as they shipped; the full script of each released version
 # is the one before it plus its upgrade script.  The current version is
 # extension/tables/*.sql (run once, by CREATE EXTENSION) followed by
-# extension/functions/*.sql (CREATE OR REPLACE, run again by every upgrade);
+# extension/functions/*.sql and */*.sql, by path (CREATE OR REPLACE, run
+# again by every upgrade);
 # its upgrade script is extension/upgrade/<released>--<current>.sql followed
 # by the same extension/functions/*.sql.  All of them are written into
 # extension/ by make; test/integration/upgrade.sh checks that each released
@@ -20,7 +21,7 @@ RELEASED = 0.1.0 0.2.0 0.3.0 0.4.0 0.5.0 0.6.0 0.7.0 0.8.0
 EXT_VERSION := $(shell sed -n "s/^default_version = '\(.*\)'/\1/p" extension/pg_outbox.control)
 LAST_RELEASED := $(lastword $(RELEASED))
 TABLES_SQL := $(sort $(wildcard extension/tables/*.sql))
-FUNCTIONS_SQL := $(sort $(wildcard extension/functions/*.sql))
+FUNCTIONS_SQL := $(sort $(wildcard extension/functions/*.sql extension/functions/*/*.sql))
 RELEASED_UPGRADES := $(sort $(wildcard extension/released/pg_outbox--*--*.sql))
 GENERATED_SQL = $(foreach v,$(RELEASED) $(EXT_VERSION),extension/pg_outbox--$(v).sql) \
                 extension/pg_outbox--$(LAST_RELEASED)--$(EXT_VERSION).sql

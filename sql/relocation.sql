@@ -295,6 +295,17 @@ CREATE TABLE reloc.later (id bigint PRIMARY KEY);
 SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') line
  WHERE line LIKE 'pg_outbox_model_findings%' AND line NOT LIKE '% 0';
 
+-- One rule for which tables a relocation covers (src/relocation/model/):
+-- the import's lookup by table key leaves out another extension's table as
+-- the export does (its SQL copy of the rule took it).
+CREATE TABLE reloc.extension_owned (id bigint PRIMARY KEY);
+ALTER EXTENSION plpgsql ADD TABLE reloc.extension_owned;
+SELECT outbox._relocation_table('reloc.extension_owned') AS extension_table,
+       outbox._relocation_table('reloc.later') AS application_table,
+       outbox._relocation_table_key('reloc.extension_owned') AS its_key;
+ALTER EXTENSION plpgsql DROP TABLE reloc.extension_owned;
+DROP TABLE reloc.extension_owned;
+
 \c regression
 SET client_min_messages = warning;
 DROP DATABASE relocation_test;

@@ -233,7 +233,7 @@ void _PG_init(void) {
                             "Totals cover every shard whatever this is.", &metrics_top_shards, 20,
                             0, 10000, PGC_USERSET, 0, nullptr, nullptr, nullptr);
 
-    // Read by outbox.import_organizations (68_relocation_import.sql): the
+    // Read by outbox.import_organizations (69_relocation/21_import_run.sql): the
     // rows of one chunk, one transaction each.
     DefineCustomIntVariable(
         "outbox.relocation_chunk_rows", "Rows an import writes in one chunk, one transaction each.",

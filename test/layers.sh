@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The include graph between the folders of src/: prints each edge ("from ->
-# to": a file of from includes a header of to) and fails when the edges
+# to": a file of from, or of a folder inside it, includes a header of to) and fails when the edges
 # form a cycle (tsort), so that the layers of README's architecture map
 # stay layers.  CI runs it; `bash test/layers.sh [ROOT]` shows the edges.
 set -uo pipefail
@@ -8,7 +8,7 @@ root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root/src" || exit 1
 folders=$(find . -mindepth 1 -maxdepth 1 -type d -printf '%f\n' | sort)
 edges=$(for from in $folders; do
-    grep -ho '^#include "[a-z_]*/' "$from"/*.cpp "$from"/*.hpp 2>/dev/null |
+    grep -rho --include='*.cpp' --include='*.hpp' '^#include "[a-z_]*/' "$from" 2>/dev/null |
         sed 's/^#include "//; s/\/$//' | sort -u | while read -r to; do
             [[ $to != "$from" && -d $to ]] && echo "$from $to"
         done

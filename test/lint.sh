@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 failed=0
 sources=$(make -s print-sources)
-headers=$(ls src/*.hpp src/*/*.hpp)
+headers=$(ls src/*.hpp src/*/*.hpp src/*/*/*.hpp 2>/dev/null)
 if format=$(clang-format --dry-run --Werror $sources $headers test/unit/*.cpp 2>&1); then
     echo "ok - clang-format"
 else

@@ -144,7 +144,7 @@ BEGIN
                       HINT = 'Unregister it with outbox.unregister_table() first.';
         END IF;
     END LOOP;
-    -- The triggers of a move (69_relocation_move.sql) stay enabled ALWAYS
+    -- The triggers of a move (69_relocation/40_move_cell_log.sql) stay enabled ALWAYS
     -- while a move this cell takes part in runs: its fence and change log.
     IF outbox._moving_here() THEN
         SELECT g.tgname, g.tgrelid::regclass AS rel INTO command

@@ -28,7 +28,7 @@ SELECT pg_catalog.pg_extension_config_dump('outbox.relocation_scopes', '');
 SELECT pg_catalog.pg_extension_config_dump('outbox.relocation_roots', '');
 
 ------------------------------------------------------------------------------
--- Relocation, part 2: imports (extension/functions/68_relocation_import.sql)
+-- Relocation, part 2: imports (extension/functions/69_relocation/2*_import_*.sql)
 ------------------------------------------------------------------------------
 -- The export to import, as outbox.export_organizations (or export_users)
 -- wrote it, manifest row included, loaded by COPY under a uuid the operator

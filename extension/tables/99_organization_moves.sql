@@ -3,7 +3,7 @@
 ------------------------------------------------------------------------------
 -- One row per move in each database that takes part: on control (side
 -- control) the move that its worker drives, step by step, over the links
--- (extension/functions/69_relocation_move.sql); in the source cell (side
+-- (extension/functions/69_relocation/); in the source cell (side
 -- source) its change log and fence; in the target cell (side target) its
 -- fence until the cutover.
 --   fenced: this cell refuses the organization's writes (the source from

@@ -35,6 +35,7 @@
 #include "delivery/partition_watch.hpp"
 #include "handlers/handlers.hpp"
 #include "link/link.hpp"
+#include "relocation/move/move_step.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "worker_state/worker_state.hpp"
@@ -699,8 +700,8 @@ int64 send_links(int ntargets, LinkTarget *targets) {
 }
 
 // The moves of organizations between cells that control drives
-// (extension/functions/69_relocation_move.sql): outbox._move_step() does
-// the next step of one, in a transaction of its own, which may call the
+// (relocation/move/move_step.hpp): the next step of one, in a transaction
+// of its own, which may call the
 // cells; steps follow one another for at most move_slice_ms a cycle, so
 // that the drain and the links come round meanwhile.  Returns whether a
 // move has more to do at once.
@@ -713,24 +714,7 @@ bool move_organizations() {
         CHECK_FOR_INTERRUPTS();
         more = false;
         in_transaction(
-            "pg_outbox: moving organizations",
-            [&] {
-                // An older version of the extension has no moves.
-                static SPIPlanPtr plan = nullptr;
-                pg::spi_run_kept(
-                    &plan, "moving organizations",
-                    "SELECT pg_catalog.to_regprocedure('outbox._move_step()') IS NOT NULL", 0,
-                    nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
-                bool isnull;
-                if (!DatumGetBool(
-                        SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-                    return;
-                pg::spi_run("moving organizations", "SELECT outbox._move_step()", 0, nullptr,
-                            nullptr, nullptr, false, 0, SPI_OK_SELECT);
-                more = DatumGetBool(
-                    SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
-            },
-            nullptr);
+            "pg_outbox: moving organizations", [&] { more = relocation::move_step(); }, nullptr);
     }
     return more;
 }

@@ -1,4 +1,4 @@
-#include "relocation/model_graph.hpp"
+#include "relocation/model/model_graph.hpp"
 
 #include <gtest/gtest.h>
 

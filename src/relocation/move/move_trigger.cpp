@@ -1,5 +1,5 @@
 // outbox._move_trigger(): the change log and the fence of the moves a cell
-// takes part in (extension/functions/69_relocation_move.sql installs it on
+// takes part in (extension/functions/69_relocation/40_move_cell_log.sql installs it on
 // every Organization-scoped table: AFTER INSERT, UPDATE and DELETE FOR EACH
 // STATEMENT with transition tables, BEFORE TRUNCATE, all ENABLE ALWAYS).
 // Its arguments: the table's key, its primary key column, then each
@@ -12,7 +12,7 @@
 //   - a fenced side refuses (OBM01) a statement that changes one of the
 //     organization's rows (outbox.move_members), writes a row that refers
 //     to one, or writes its root.
-// A relocation's own statements pass (relocation/relocation_writing.hpp).
+// A relocation's own statements pass (relocation/import/relocation_writing.hpp).
 // TRUNCATE of such a table is refused while a move is under way.
 //
 // The keys are read from the transition tables here, in C; what is done
@@ -26,7 +26,7 @@
 #include "pg/spi.hpp"
 #include "pg/transition_rows.hpp"
 #include "registry/table_meta.hpp"
-#include "relocation/relocation_writing.hpp"
+#include "relocation/import/relocation_writing.hpp"
 
 extern "C" {
 #include "utils/array.h"

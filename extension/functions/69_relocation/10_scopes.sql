@@ -144,14 +144,14 @@ END
 $$;
 
 -- One row per finding; none: every table of the application's schemas
--- declares a scope an export can follow (src/relocation/model_check.cpp).
+-- declares a scope an export can follow (src/relocation/model/model_check.cpp).
 CREATE OR REPLACE FUNCTION outbox.check_models()
 RETURNS TABLE (relation regclass, finding text, detail text)
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox_check_models';
 
 -- The rows of every Organization-scoped table that belong to the
 -- organizations root_ids, from one snapshot, in dependency order, as
--- Sentry's export has them, then the manifest (src/relocation/export.cpp).
+-- Sentry's export has them, then the manifest (src/relocation/export/export.cpp).
 CREATE OR REPLACE FUNCTION outbox.export_organizations(root_ids bigint[])
 RETURNS TABLE (ordinal bigint, model text, pk bigint, fields jsonb)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_export_organizations';

@@ -1,5 +1,5 @@
 // outbox._run_as_table_owner(tbl, statement, rows): the one way the import,
-// the compare and the cancel (extension/functions/68_relocation_import.sql)
+// the compare and the cancel (extension/functions/69_relocation/)
 // touch an application's table.  The statement runs with $1 = rows as the
 // table's owner, restricted (pg/run_as.hpp): the owner's code it reaches
 // (triggers, defaults, casts, a collision hook) can neither SET ROLE back
@@ -12,7 +12,7 @@
 // owner would.
 //
 // While its statement runs, relocation_writing is true: the fence of a move
-// (relocation/move_trigger.cpp) lets the relocation's own writes through,
+// (relocation/move/move_trigger.cpp) lets the relocation's own writes through,
 // and nobody else's.  With uncaptured (the step of a move that
 // removes the organization from the cell it left), the statement's
 // changes write no outbox row (capture/uncaptured.hpp).
@@ -22,7 +22,7 @@
 #include "capture/uncaptured.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
-#include "relocation/relocation_writing.hpp"
+#include "relocation/import/relocation_writing.hpp"
 
 extern "C" {
 #include "utils/array.h"

@@ -1,6 +1,6 @@
 // outbox._relocation_call(server, cell, operation, argument): one call of
 // outbox.relocation_peer() in a cell, by control's worker as it moves an
-// organization (extension/functions/69_relocation_move.sql).  It reaches
+// organization (extension/functions/69_relocation/50_move_control.sql).  It reaches
 // the cell as the links do (link/connection.hpp): the cell's foreign server
 // and the worker's user mapping for it, so that control logs in there as
 // its link role, which the cell trusts with moves only when it granted it

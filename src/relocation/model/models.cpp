@@ -1,31 +1,38 @@
-#include "relocation/models.hpp"
+#include "relocation/model/models.hpp"
 
+#include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
 // Written without C++ objects that own resources: errors from SPI unwind
 // through it freely.
 namespace pgoutbox::relocation {
 
+// The one rule for which tables a relocation covers and the key that names
+// each (issue 45: SQL had a copy, which left other extensions' tables in):
+// every table of the application's schemas: not the catalogs, not
+// pg_outbox's, not another extension's, not a partition (it takes its
+// root's scope), not a temporary table.  Its key: the registered
+// table_key, else its name, schema-qualified outside public.
+#define TABLE_KEY_SQL                                                                              \
+    "coalesce(r.table_key, CASE WHEN n.nspname = 'public' THEN c.relname::text"                    \
+    " ELSE n.nspname || '.' || c.relname END)"
+#define COVERED_TABLES_SQL                                                                         \
+    "SELECT c.oid, n.nspname, c.relname, c.relkind,"                                               \
+    " c.relrowsecurity AND c.relforcerowsecurity AS forced, " TABLE_KEY_SQL " AS model"            \
+    " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"                               \
+    " LEFT JOIN outbox.registered_tables r ON r.relid = c.oid"                                     \
+    " WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'"          \
+    " AND c.oid >= 16384 AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'outbox')"      \
+    " AND n.nspname !~ '^pg_(toast|temp)'"                                                         \
+    " AND NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass"              \
+    " AND d.objid = c.oid AND d.deptype = 'e')"
+
 namespace {
 
-// Every table of the application's schemas: not the catalogs, not
-// pg_outbox's, not another extension's, not a partition (it takes its
-// root's scope), not a temporary table.
-const char *tables_sql = R"sql(
-WITH t AS (
-    SELECT c.oid, n.nspname, c.relname, c.relkind,
-           c.relrowsecurity AND c.relforcerowsecurity AS forced
-      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-     WHERE c.relkind IN ('r', 'p') AND NOT c.relispartition AND c.relpersistence <> 't'
-       AND c.oid >= 16384 AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'outbox')
-       AND n.nspname !~ '^pg_(toast|temp)'
-       AND NOT EXISTS (SELECT FROM pg_depend d
-                        WHERE d.classid = 'pg_class'::regclass AND d.objid = c.oid
-                          AND d.deptype = 'e'))
+const char *tables_sql = "WITH t AS (" COVERED_TABLES_SQL ")"
+                         R"sql(
 SELECT * FROM (
-SELECT t.oid,
-       coalesce(r.table_key, CASE WHEN t.nspname = 'public' THEN t.relname::text
-                                  ELSE t.nspname || '.' || t.relname END) AS model,
+SELECT t.oid, t.model,
        quote_ident(t.nspname) || '.' || quote_ident(t.relname),
        t.relkind::text, s.scopes, s.scope_function IS NOT NULL,
        (SELECT quote_ident(pn.nspname) || '.' || quote_ident(p.proname)
@@ -50,8 +57,7 @@ SELECT t.oid,
            AND NOT EXISTS (SELECT FROM outbox.registered_foreign_keys f
                             WHERE f.relid = t.oid AND f.column_name = a.attname)
            AND NOT a.attname = ANY (coalesce(s.plain_columns, '{}')))
-  FROM t LEFT JOIN outbox.registered_tables r ON r.relid = t.oid
-         LEFT JOIN outbox.relocation_scopes s ON s.relid = t.oid) m
+  FROM t LEFT JOIN outbox.relocation_scopes s ON s.relid = t.oid) m
  ORDER BY m.model COLLATE "C"
 )sql";
 
@@ -217,3 +223,69 @@ Models *load_models() {
 }
 
 } // namespace pgoutbox::relocation
+
+// outbox._relocation_table(model) and outbox._relocation_table_key(rel):
+// the rule above for the SQL of the import and the moves.
+namespace {
+
+// The first column of the one row sql gives for arg (NULL: no row), copied
+// out of SPI.  The SQL declarations pin search_path (the rule names
+// pg_catalog's operators unqualified).
+Datum one_value(const char *what, const char *sql, Oid type, Datum arg, bool *isnull) {
+    if (SPI_connect() != SPI_OK_CONNECT)
+        elog(ERROR, "pg_outbox: SPI_connect failed");
+    uint64 n = pgoutbox::pg::spi_run(what, sql, 1, &type, &arg, nullptr, true, 0, SPI_OK_SELECT);
+    Datum value = (Datum)0;
+    *isnull = n == 0;
+    if (n > 0) {
+        value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, isnull);
+        if (!*isnull)
+            value = SPI_datumTransfer(value, false, -1);
+    }
+    SPI_finish();
+    return value;
+}
+
+} // namespace
+
+// The table model names here; NULL when none does, an ERROR when two do.
+OUTBOX_FUNCTION(outbox__relocation_table) {
+    if (PG_ARGISNULL(0))
+        PG_RETURN_NULL();
+    bool isnull;
+    Datum found = one_value(
+        "finding a relocation's table",
+        "SELECT pg_catalog.array_agg(t.oid::pg_catalog.regclass) FROM (" COVERED_TABLES_SQL
+        ") t WHERE t.model = $1",
+        TEXTOID, PG_GETARG_DATUM(0), &isnull);
+    if (isnull)
+        PG_RETURN_NULL();
+    ArrayType *tables = DatumGetArrayTypeP(found);
+    int n = ArrayGetNItems(ARR_NDIM(tables), ARR_DIMS(tables));
+    if (n > 1)
+        ereport(ERROR, (errcode(ERRCODE_AMBIGUOUS_ALIAS),
+                        errmsg("table key %s names %d tables here: %s",
+                               quote_literal_cstr(text_to_cstring(PG_GETARG_TEXT_PP(0))), n,
+                               OidOutputFunctionCall(F_ARRAY_OUT, found))));
+    Datum *items;
+    int count;
+    deconstruct_array(tables, REGCLASSOID, sizeof(Oid), true, TYPALIGN_INT, &items, nullptr,
+                      &count);
+    PG_RETURN_DATUM(items[0]);
+}
+
+// The table key of rel as an export names it.
+OUTBOX_FUNCTION(outbox__relocation_table_key) {
+    if (PG_ARGISNULL(0))
+        PG_RETURN_NULL();
+    bool isnull;
+    Datum key = one_value("naming a relocation's table",
+                          "SELECT " TABLE_KEY_SQL
+                          " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                          " LEFT JOIN outbox.registered_tables r ON r.relid = c.oid"
+                          " WHERE c.oid = $1",
+                          OIDOID, PG_GETARG_DATUM(0), &isnull);
+    if (isnull)
+        PG_RETURN_NULL();
+    PG_RETURN_DATUM(key);
+}

@@ -5,7 +5,7 @@
 #pragma once
 
 #include "pg/postgres.hpp"
-#include "relocation/model_graph.hpp"
+#include "relocation/model/model_graph.hpp"
 
 namespace pgoutbox::relocation {
 

@@ -28,7 +28,7 @@
 #include "pg/hash.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
-#include "relocation/models.hpp"
+#include "relocation/model/models.hpp"
 
 extern "C" {
 #include "access/xlog.h"

@@ -23,7 +23,7 @@
 // Written without C++ objects that own resources: errors unwind through it
 // freely.
 #include "pg/guard.hpp"
-#include "relocation/models.hpp"
+#include "relocation/model/models.hpp"
 
 extern "C" {
 #include "utils/tuplestore.h"

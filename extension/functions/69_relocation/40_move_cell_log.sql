@@ -1,0 +1,433 @@
+------------------------------------------------------------------------------
+-- Moving an organization between cells (SPEC section 12; relocation, part 3)
+------------------------------------------------------------------------------
+-- outbox.relocate_organization(root_id, to_cell) on control records a move
+-- (outbox.organization_moves, side control); control's worker drives it a
+-- step at a time (outbox._move_step, one transaction each), calling the two
+-- cells over the links: outbox._relocation_call reaches a cell through its
+-- foreign server as control's link role there, and runs
+-- outbox.relocation_peer, which a cell lets control's link role execute
+-- when it takes part in moves (docs/relocation.md).  There are no
+-- cell-to-cell links: the source's chunks and changes pass through control.
+--
+-- Steps (organization_moves.step on control):
+--   prepare        the target fences the organization (it refuses its
+--                  writes), then the source starts its change log: a
+--                  trigger on every Organization-scoped table records each
+--                  changed row's key in the writing transaction;
+--   export         the source exports the organization, from one snapshot
+--                  taken after the change log started (export_organizations
+--                  into its outbox.relocation_rows);
+--   check          the target has none of its keys (else the move fails
+--                  before anything is copied; outbox.plan_relocation asks
+--                  the same up front);
+--   copy           chunk by chunk, from the source's staging table to the
+--                  target's (a chunk sent again is recognised by its
+--                  ordinals);
+--   import         the target imports it with the source's primary keys
+--                  (relocation_state.keys = kept), after checking their
+--                  keys again, chunk by chunk (part 2);
+--   catch_up       the changed rows, as they are now in the source, applied
+--                  in the target (upserts, deletions), until few are left;
+--   fence          the source refuses the organization's writes (SQLSTATE
+--                  OBM01, naming the new cell);
+--   in_flight      waits for the source's transactions that were running
+--                  then (they may still write: the change log has them);
+--   last_catch_up  the last changes, until none is left;
+--   drain          the source's outbox rows written before its fence are
+--                  delivered: control takes every message of the
+--                  organization from there before any from the target
+--                  (whose import and catch-up write no outbox rows);
+--   switch         outbox.organization_cells names the new cell, then the
+--                  target's fence lifts: the write pause ends;
+--   delete         the organization's rows leave the source in batches,
+--                  without outbox rows (no tombstone, no cascade in
+--                  control); the source stays fenced for it.
+-- mode fork: prepare (no fence, no change log), export, copy, then part 2's
+-- import with new keys (capture fires: new objects for control); the new
+-- root key goes into organization_cells, and the source keeps the original.
+-- At every moment at most one cell accepts the organization's writes: the
+-- target is fenced from the start until after the flip, the source from
+-- before the flip for good.  A step that fails is tried again (1 s, 2 s,
+-- ... a minute; outbox.relocations shows the error): each call a cell
+-- takes is one transaction there, and one taken twice does nothing more.
+
+-- outbox._run_as_table_owner, its deletions without outbox rows: only the
+-- move's last step, removing the organization from the cell it left.
+CREATE OR REPLACE FUNCTION outbox._run_as_table_owner_uncaptured(tbl regclass, statement text,
+    rows jsonb[]) RETURNS jsonb[]
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__run_as_table_owner_uncaptured';
+
+-- One call of outbox.relocation_peer in cell, through server.
+CREATE OR REPLACE FUNCTION outbox._relocation_call(server text, cell text, operation text,
+    argument text) RETURNS text
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__relocation_call';
+
+------------------------------------------------------------------------------
+-- In the cells: the change log and the fence
+------------------------------------------------------------------------------
+
+-- Every Organization-scoped table here, with its primary key and its
+-- references to other Organization-scoped tables (one-column foreign keys
+-- to a primary key), as the fence and the change log need them.
+CREATE OR REPLACE FUNCTION outbox._move_tables()
+RETURNS TABLE (relid regclass, model text, pk name, refs jsonb)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH t AS (
+        SELECT s.relid, outbox._relocation_table_key(s.relid) AS model, a.attname AS pk
+          FROM outbox.relocation_scopes s
+          JOIN pg_index i ON i.indrelid = s.relid AND i.indisprimary AND i.indnkeyatts = 1
+          JOIN pg_attribute a ON a.attrelid = s.relid AND a.attnum = i.indkey[0]
+         WHERE 'Organization' = ANY (s.scopes)
+    )
+    SELECT t.relid, t.model, t.pk,
+           coalesce((SELECT jsonb_agg(jsonb_build_object('column', fa.attname, 'parent', p.model)
+                                      ORDER BY fa.attname)
+                       FROM pg_constraint k
+                       JOIN pg_attribute fa ON fa.attrelid = k.conrelid AND fa.attnum = k.conkey[1]
+                       JOIN t p ON p.relid = coalesce(pg_partition_root(k.confrelid), k.confrelid)
+                      WHERE k.conrelid = t.relid AND k.contype = 'f'
+                        AND cardinality(k.conkey) = 1), '[]')
+      FROM t
+$$;
+
+-- The change log and the fence (src/relocation/move/move_trigger.cpp):
+-- statement triggers on each Organization-scoped table (arguments: its
+-- table key, its primary key, then each reference's column and parent
+-- table key), enabled ALWAYS.  For each move this cell takes part in: the
+-- source logs the keys of every row the statement changed until a
+-- statement sees its fence (which refuses the organization's writes from
+-- then on); a fenced side refuses a statement that changes one of the
+-- organization's rows, or writes one that refers to one of them, or writes
+-- its root.  A statement that started before a fence committed may not
+-- see it: the move waits for every transaction running then before its
+-- last catch-up.
+CREATE OR REPLACE FUNCTION outbox._move_trigger() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_trigger';
+
+-- Does a move this cell takes part in run (its triggers must stay)?
+CREATE OR REPLACE FUNCTION outbox._moving_here() RETURNS boolean
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT EXISTS (SELECT FROM outbox.organization_moves o
+                    WHERE o.side <> 'control' AND o.state NOT IN ('complete', 'cancelled'))
+$$;
+
+-- Puts the move triggers on every Organization-scoped table that lacks them.
+CREATE OR REPLACE FUNCTION outbox._move_install_triggers() RETURNS int
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    args text;
+    installed int := 0;
+BEGIN
+    FOR t IN SELECT * FROM outbox._move_tables() LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
+                               WHERE g.tgrelid = t.relid AND g.tgname = 'pg_outbox_move_insert');
+        args := format('%L, %L', t.model, t.pk) || coalesce((
+            SELECT string_agg(format(', %L, %L', r.value->>'column', r.value->>'parent'), '')
+              FROM jsonb_array_elements(t.refs) r), '');
+        EXECUTE format('CREATE TRIGGER pg_outbox_move_insert AFTER INSERT ON %1$s'
+                       ' REFERENCING NEW TABLE AS pg_outbox_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
+                       ' CREATE TRIGGER pg_outbox_move_update AFTER UPDATE ON %1$s'
+                       ' REFERENCING OLD TABLE AS pg_outbox_old NEW TABLE AS pg_outbox_new'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
+                       ' CREATE TRIGGER pg_outbox_move_delete AFTER DELETE ON %1$s'
+                       ' REFERENCING OLD TABLE AS pg_outbox_old'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
+                       ' CREATE TRIGGER pg_outbox_move_truncate BEFORE TRUNCATE ON %1$s'
+                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
+                       ' ALTER TABLE %1$s ENABLE ALWAYS TRIGGER pg_outbox_move_insert,'
+                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_update,'
+                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_delete,'
+                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_truncate',
+                       t.relid, args);
+        installed := installed + 1;
+    END LOOP;
+    RETURN installed;
+END
+$$;
+
+-- The table key of the Organization scope's root here.
+CREATE OR REPLACE FUNCTION outbox._move_root() RETURNS text
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    root regclass := (SELECT r.relid FROM outbox.relocation_roots r WHERE r.scope = 'Organization');
+BEGIN
+    IF root IS NULL THEN
+        RAISE EXCEPTION 'scope Organization has no relocation root in this cell'
+            USING ERRCODE = 'object_not_in_prerequisite_state',
+                  HINT = 'SELECT outbox.set_relocation_root(''Organization'', <table>);';
+    END IF;
+    RETURN outbox._relocation_table_key(root);
+END
+$$;
+
+-- prepare: this cell's part in the move, its triggers, and on the target
+-- its fence (the root, which must not be here).
+CREATE OR REPLACE FUNCTION outbox._move_prepare(cell text, argument jsonb) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    p_relocation uuid := (argument->>'relocation')::uuid;
+    p_side text := argument->>'side';
+    p_organization bigint := (argument->>'organization')::bigint;
+    p_mode text := coalesce(argument->>'mode', 'move');
+    mv outbox.organization_moves;
+    root text := outbox._move_root();
+    taken jsonb[];
+BEGIN
+    IF p_mode NOT IN ('move', 'fork') THEN
+        RAISE EXCEPTION 'relocation %: mode % is not one of relocation protocol 1', p_relocation,
+            quote_literal(p_mode) USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_side NOT IN ('source', 'target') OR p_organization IS NULL
+       OR argument->>(CASE p_side WHEN 'source' THEN 'from' ELSE 'to' END) IS DISTINCT FROM cell THEN
+        RAISE EXCEPTION 'relocation %: cell % cannot be the % of a move from % to %', p_relocation,
+            cell, p_side, argument->>'from', argument->>'to' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO mv FROM outbox.organization_moves o WHERE o.relocation = p_relocation;
+    IF FOUND THEN
+        IF mv.side <> p_side OR mv.organization <> p_organization THEN
+            RAISE EXCEPTION 'relocation % is another move here', p_relocation
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        RETURN jsonb_build_object('prepared', false);
+    END IF;
+    IF p_mode = 'fork' THEN
+        -- A copy with new keys: no fence, no change log.
+        INSERT INTO outbox.organization_moves (relocation, organization, side, mode, from_cell,
+                                               to_cell, step, plan)
+        VALUES (p_relocation, p_organization, p_side, 'fork', argument->>'from', argument->>'to',
+                'prepared', jsonb_build_object('root', root));
+        RETURN jsonb_build_object('prepared', true, 'triggers', 0);
+    END IF;
+    IF p_side = 'target' THEN
+        taken := outbox._run_as_table_owner(outbox._relocation_table(root),
+            format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = %s',
+                   (SELECT m.pk FROM outbox._move_tables() m WHERE m.model = root),
+                   outbox._relocation_table(root),
+                   (SELECT m.pk FROM outbox._move_tables() m WHERE m.model = root), p_organization),
+            '{}');
+        IF cardinality(taken) > 0 THEN
+            RAISE EXCEPTION 'organization % cannot move to cell %: it is here already', p_organization, cell
+                USING ERRCODE = 'unique_violation',
+                      HINT = 'A move keeps primary keys: each cell keeps its id ranges apart.';
+        END IF;
+    END IF;
+    IF p_side = 'target' THEN
+        -- Coming back to a cell it left: that move's fence gives way to this one's.
+        UPDATE outbox.organization_moves o SET fenced = false, updated_at = clock_timestamp()
+         WHERE o.organization = p_organization AND o.side = 'source' AND o.state = 'complete';
+    END IF;
+    INSERT INTO outbox.organization_moves (relocation, organization, side, from_cell, to_cell, step,
+                                           fenced, plan)
+    VALUES (p_relocation, p_organization, p_side, argument->>'from', argument->>'to', 'prepared',
+            p_side = 'target', jsonb_build_object('root', root));
+    IF p_side = 'target' THEN
+        INSERT INTO outbox.move_members (relocation, model, pk, present)
+        VALUES (p_relocation, root, p_organization, true);
+    END IF;
+    RETURN jsonb_build_object('prepared', true, 'triggers', outbox._move_install_triggers());
+END
+$$;
+
+-- export (source): the organization from one snapshot into
+-- outbox.relocation_rows, its rows as the first members, the plan of its
+-- tables.  Done once.
+CREATE OR REPLACE FUNCTION outbox._move_export(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    total bigint;
+BEGIN
+    IF mv.plan ? 'order' THEN
+        RETURN jsonb_build_object('rows', mv.rows_total);
+    END IF;
+    INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
+    SELECT mv.relocation, e.ordinal, e.model, e.pk, e.fields
+      FROM outbox.export_organizations(ARRAY[mv.organization]) e;
+    GET DIAGNOSTICS total = ROW_COUNT;
+    INSERT INTO outbox.move_members (relocation, model, pk, present)
+    SELECT mv.relocation, s.model, s.pk, true FROM outbox.relocation_rows s
+     WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL AND mv.mode = 'move';
+    -- The members' statistics, which the catch-up's and the fence's probes
+    -- by key are planned with (the table was small a moment ago).
+    ANALYZE outbox.move_members;
+    UPDATE outbox.organization_moves o
+       SET rows_total = total, step = 'exported', updated_at = clock_timestamp(),
+           plan = o.plan || jsonb_build_object('order', outbox._relocation_plan(mv.relocation,
+               (SELECT s.fields FROM outbox.relocation_rows s
+                 WHERE s.relocation = mv.relocation AND s.pk IS NULL)))
+     WHERE o.relocation = mv.relocation;
+    RETURN jsonb_build_object('rows', total);
+END
+$$;
+
+-- The rows of table (a plan entry) whose primary keys are pks, as they are
+-- now: {pk: row}.
+CREATE OR REPLACE FUNCTION outbox._move_rows(entry jsonb, pks bigint[]) RETURNS jsonb
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT coalesce(jsonb_object_agg(r->>(entry->>'pk'), r), '{}')
+      FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
+               format('SELECT pg_catalog.to_jsonb(t) FROM %s t WHERE t.%I = ANY (SELECT'
+                      ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
+                      entry->>'qualified', entry->>'pk'),
+               ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k))) r
+$$;
+
+-- changes (source): forgets the change log entries the target applied
+-- (acknowledge), then reads the next ones: each changed row of the
+-- organization as it is now, or its deletion (gone, or no longer the
+-- organization's).  Membership as the export has it, incrementally: a row
+-- is the organization's when it is the root or one of its references leads
+-- to a row that is; tables in export order, so a parent is decided before
+-- its children, and a row whose membership changed brings the rows that
+-- refer to it along.  A row once a member stays in move_members (present
+-- false when it left): a batch read again gives the same deletions.
+CREATE OR REPLACE FUNCTION outbox._move_changes(mv outbox.organization_moves, argument jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    batch_limit int := coalesce((argument->>'limit')::int, 1000);
+    seqs bigint[];
+    entry jsonb;
+    ref jsonb;
+    child jsonb;
+    pks bigint[];
+    rows_now jsonb;
+    k bigint;
+    r jsonb;
+    member boolean;
+    was boolean;
+    changed bigint[];
+    out jsonb := '[]';
+    extra jsonb := '{}'; -- table key -> keys of rows to decide, found through their parents
+    left_over bigint;
+BEGIN
+    DELETE FROM outbox.move_changes c
+     WHERE c.relocation = mv.relocation
+       AND c.seq = ANY (ARRAY(SELECT jsonb_array_elements_text(argument->'acknowledge')::bigint));
+    seqs := ARRAY(SELECT c.seq FROM outbox.move_changes c WHERE c.relocation = mv.relocation
+                   ORDER BY c.seq LIMIT batch_limit);
+    FOR entry IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') WITH ORDINALITY e(value, n)
+                  ORDER BY e.n LOOP
+        pks := ARRAY(SELECT DISTINCT u.k FROM (
+                        SELECT c.pk AS k FROM outbox.move_changes c
+                         WHERE c.relocation = mv.relocation AND c.seq = ANY (seqs)
+                           AND c.model = entry->>'model'
+                        UNION
+                        SELECT jsonb_array_elements_text(extra->(entry->>'model'))::bigint) u);
+        CONTINUE WHEN cardinality(pks) = 0;
+        rows_now := outbox._move_rows(entry, pks);
+        changed := '{}';
+        FOREACH k IN ARRAY pks LOOP
+            r := rows_now->(k::text);
+            member := false;
+            IF r IS NOT NULL THEN
+                member := entry->>'model' = mv.plan->>'root' AND k = mv.organization;
+                FOR ref IN SELECT x.value FROM jsonb_array_elements(entry->'refs') x LOOP
+                    EXIT WHEN member;
+                    CONTINUE WHEN ref->>'kind' <> 'map' OR (ref->>'deferred')::boolean
+                                  OR r->>(ref->>'column') IS NULL;
+                    member := EXISTS (SELECT FROM outbox.move_members mm
+                                       WHERE mm.relocation = mv.relocation
+                                         AND mm.model = ref->>'parent'
+                                         AND mm.pk = (r->>(ref->>'column'))::bigint AND mm.present);
+                END LOOP;
+            END IF;
+            SELECT mm.present INTO was FROM outbox.move_members mm
+             WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model' AND mm.pk = k;
+            IF member THEN
+                out := out || jsonb_build_array(jsonb_build_object(
+                    'model', entry->>'model', 'pk', k, 'fields', r - (entry->>'pk')));
+                INSERT INTO outbox.move_members AS mm (relocation, model, pk, present)
+                VALUES (mv.relocation, entry->>'model', k, true)
+                ON CONFLICT (relocation, model, pk) DO UPDATE SET present = true;
+            ELSIF was IS NOT NULL THEN
+                out := out || jsonb_build_array(jsonb_build_object(
+                    'model', entry->>'model', 'pk', k, 'fields', NULL));
+                UPDATE outbox.move_members mm SET present = false
+                 WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model' AND mm.pk = k;
+            END IF;
+            IF member IS DISTINCT FROM coalesce(was, false) THEN
+                changed := changed || k;
+            END IF;
+        END LOOP;
+        CONTINUE WHEN cardinality(changed) = 0;
+        -- The rows referring to those whose membership changed.
+        FOR child IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') e LOOP
+            FOR ref IN SELECT x.value FROM jsonb_array_elements(child->'refs') x
+                        WHERE x.value->>'parent' = entry->>'model' AND x.value->>'kind' = 'map'
+                          AND NOT (x.value->>'deferred')::boolean LOOP
+                extra := jsonb_set(extra, ARRAY[child->>'model'],
+                    coalesce(extra->(child->>'model'), '[]') || to_jsonb(ARRAY(
+                        SELECT (j #>> '{}')::bigint FROM unnest(outbox._run_as_table_owner(
+                            (child->>'relid')::oid::regclass,
+                            format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
+                                   ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
+                                   child->>'pk', child->>'qualified', ref->>'column'),
+                            ARRAY(SELECT to_jsonb(c) FROM unnest(changed) c))) j)));
+            END LOOP;
+        END LOOP;
+    END LOOP;
+    SELECT count(*) - cardinality(seqs) INTO left_over FROM outbox.move_changes c
+     WHERE c.relocation = mv.relocation;
+    RETURN jsonb_build_object('changes', out, 'seqs', to_jsonb(seqs), 'left', left_over);
+END
+$$;
+
+-- in_flight (source, fenced): the transactions running when first asked
+-- (after the fence committed), and how many of them still run.
+CREATE OR REPLACE FUNCTION outbox._move_in_flight(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    running text[] := mv.in_flight;
+    waiting int;
+BEGIN
+    IF NOT mv.fenced THEN
+        RAISE EXCEPTION 'relocation %: the source is not fenced yet', mv.relocation
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF running IS NULL THEN
+        -- Every session of this database that may write here (not
+        -- autovacuum), pg_outbox's worker included (its cascade writes).
+        running := ARRAY(SELECT l.virtualxid FROM pg_locks l
+                           JOIN pg_stat_activity a ON a.pid = l.pid
+                          WHERE l.locktype = 'virtualxid' AND l.granted
+                            AND l.pid <> pg_backend_pid()
+                            AND a.datid = (SELECT d.oid FROM pg_database d
+                                            WHERE d.datname = current_database())
+                            AND a.backend_type <> 'autovacuum worker');
+        UPDATE outbox.organization_moves o SET in_flight = running, step = 'in_flight'
+         WHERE o.relocation = mv.relocation;
+    END IF;
+    SELECT count(*) INTO waiting FROM pg_locks l
+     WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (running);
+    IF waiting = 0 AND mv.outbox_mark IS NULL THEN
+        -- Every write of the organization here has committed: its outbox
+        -- rows are at most this one.  The worker delivers them at once.
+        UPDATE outbox.organization_moves o
+           SET outbox_mark = coalesce((SELECT max(b.id) FROM outbox.cell_outbox b), 0)
+         WHERE o.relocation = mv.relocation;
+        PERFORM outbox._wake_worker_at_commit();
+    END IF;
+    RETURN jsonb_build_object('waiting', waiting);
+END
+$$;

@@ -1,0 +1,455 @@
+-- Moving an organization: the cells' steps after the change log
+-- (40_move_cell_log.sql); control drives them through relocation_peer
+-- (42_move_peer.sql).
+
+-- Deletes the rows of a plan entry whose primary keys are keys, as the
+-- table's owner and without outbox rows (a move's target and the source it
+-- left: the rows' messages are the other cell's); returns how many.
+CREATE OR REPLACE FUNCTION outbox._move_delete_rows(entry jsonb, keys jsonb[]) RETURNS int
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT cardinality(outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
+        format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
+               ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
+               ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
+               entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
+        keys))
+$$;
+
+-- Sets the cycles' columns of the organization's rows here (the members
+-- of mv present) to NULL, table by table of plan, before they are deleted.
+CREATE OR REPLACE FUNCTION outbox._move_clear_cycles(mv outbox.organization_moves, plan jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    entry jsonb;
+    deferred text[];
+BEGIN
+        FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) e LOOP
+            deferred := outbox._relocation_deferred(entry);
+            CONTINUE WHEN cardinality(deferred) = 0;
+            PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
+                format('WITH w AS (UPDATE %s t SET (%s) = ROW(%s) WHERE t.%I = ANY (SELECT'
+                       ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
+                       ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
+                       entry->>'qualified',
+                       (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
+                       (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c),
+                       entry->>'pk', entry->>'pk', entry->>'pk'),
+                ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
+                       WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                         AND mm.present));
+        END LOOP;
+END
+$$;
+
+-- lift (target): the tombstones of parents in the other silo that the
+-- organization's rows here refer to are walked again by this cell's
+-- cascade (their ids renewed, above its tombstone watermark).  This cell
+-- may have recorded and walked one before the rows came, finding no child:
+-- a user deleted in control while its member's organization moved, whose
+-- member the source's cascade had not deleted before its fence (which then
+-- refused it) would stay here an orphan (test/integration/
+-- relocation_cascade.sh; found by the soak).  The references are read as
+-- each table's owner.  Returns the tombstones renewed.
+CREATE OR REPLACE FUNCTION outbox._move_walk_tombstones_again(mv outbox.organization_moves)
+RETURNS bigint
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    entry jsonb;
+    fk record;
+    refs bigint[];
+    n bigint;
+    renewed bigint := 0;
+BEGIN
+    FOR entry IN SELECT e.value FROM outbox.relocation_state s, jsonb_array_elements(s.plan) e
+                  WHERE s.relocation = mv.relocation LOOP
+        FOR fk IN SELECT f.relid, f.column_name, f.parent_table, f.parent_silo
+                    FROM outbox.registered_foreign_keys f
+                   WHERE f.relid = (entry->>'relid')::oid LOOP
+            refs := ARRAY(SELECT DISTINCT (r OPERATOR(pg_catalog.#>>) '{}')::bigint FROM unnest(
+                outbox._run_as_table_owner(fk.relid,
+                    format('SELECT pg_catalog.to_jsonb(t.%1$I) FROM %2$s t WHERE t.%1$I IS NOT NULL'
+                           ' AND t.%3$I OPERATOR(pg_catalog.=) ANY (SELECT'
+                           ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
+                           fk.column_name, entry->>'qualified', entry->>'pk'),
+                    ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
+                           WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                             AND mm.present))) r);
+            CONTINUE WHEN cardinality(refs) = 0;
+            -- A deleted control row is a cell tombstone (cascade.cpp).
+            IF fk.parent_silo = 'control' THEN
+                UPDATE outbox.cell_tombstone t SET id = DEFAULT
+                 WHERE t.table_name = fk.parent_table AND t.object_identifier = ANY (refs);
+            ELSE
+                UPDATE outbox.control_tombstone t SET id = DEFAULT
+                 WHERE t.table_name = fk.parent_table AND t.object_identifier = ANY (refs);
+            END IF;
+            GET DIAGNOSTICS n = ROW_COUNT;
+            renewed := renewed + n;
+        END LOOP;
+    END LOOP;
+    RETURN renewed;
+END
+$$;
+
+-- delete (source, after the cutover): the organization's rows, children
+-- first, limit at a time, as each table's owner, without outbox rows; the
+-- first call clears the references of cycles (which point from a table to
+-- one after it).
+CREATE OR REPLACE FUNCTION outbox._move_delete(mv outbox.organization_moves, batch_limit int)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    entry jsonb;
+    pks bigint[];
+    deleted int;
+BEGIN
+    IF mv.step NOT IN ('drained', 'deleting') THEN
+        RAISE EXCEPTION 'relocation %: the source deletes the organization only once its outbox rows are delivered',
+            mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF mv.step = 'drained' THEN
+        PERFORM outbox._move_clear_cycles(mv, mv.plan->'order');
+    END IF;
+    -- Each table's members in key order, from the last key deleted on
+    -- (plan.deleted): a scan from the start would pass every row already
+    -- done, batch after batch.
+    FOR entry IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') WITH ORDINALITY e(value, n)
+                  ORDER BY e.n DESC LOOP
+        pks := ARRAY(SELECT mm.pk FROM outbox.move_members mm
+                      WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                        AND mm.pk > coalesce((mv.plan->'deleted'->>(entry->>'model'))::bigint,
+                                             -9223372036854775808)
+                        AND mm.present ORDER BY mm.pk LIMIT batch_limit);
+        CONTINUE WHEN cardinality(pks) = 0;
+        deleted := outbox._move_delete_rows(entry, ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k));
+        -- pks are the present members of that range of keys.
+        UPDATE outbox.move_members mm SET present = false
+         WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+           AND mm.pk BETWEEN pks[1] AND pks[cardinality(pks)];
+        UPDATE outbox.organization_moves o
+           SET step = 'deleting', rows_done = o.rows_done + deleted, updated_at = clock_timestamp(),
+               plan = jsonb_set(o.plan, '{deleted}', coalesce(o.plan->'deleted', '{}')
+                                || jsonb_build_object(entry->>'model', pks[cardinality(pks)]))
+         WHERE o.relocation = mv.relocation;
+        RETURN jsonb_build_object('deleted', deleted, 'done', false);
+    END LOOP;
+    UPDATE outbox.organization_moves o
+       SET state = 'complete', step = 'deleted', updated_at = clock_timestamp(),
+           finished_at = clock_timestamp()
+     WHERE o.relocation = mv.relocation;
+    DELETE FROM outbox.move_changes c WHERE c.relocation = mv.relocation;
+    RETURN jsonb_build_object('deleted', 0, 'done', true);
+END
+$$;
+
+-- stage (target): a chunk of the source's export into relocation_rows; a
+-- chunk sent again adds nothing.
+CREATE OR REPLACE FUNCTION outbox._move_stage(mv outbox.organization_moves, chunk jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    staged bigint;
+BEGIN
+    IF jsonb_typeof(chunk) IS DISTINCT FROM 'array' THEN
+        RAISE EXCEPTION 'relocation %: a chunk is an array of rows', mv.relocation
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
+    SELECT mv.relocation, (c->>0)::bigint, c->>1, (c->>2)::bigint, c->3
+      FROM jsonb_array_elements(chunk) c
+    ON CONFLICT DO NOTHING;
+    GET DIAGNOSTICS staged = ROW_COUNT;
+    INSERT INTO outbox.move_members (relocation, model, pk, present)
+    SELECT mv.relocation, c->>1, (c->>2)::bigint, true
+      FROM jsonb_array_elements(chunk) c WHERE c->>2 IS NOT NULL AND mv.mode = 'move'
+    ON CONFLICT DO NOTHING;
+    RETURN jsonb_build_object('staged', staged);
+END
+$$;
+
+-- import (target): the first call starts the import with the source's keys
+-- once none of them is taken here; each call after it imports a chunk.
+-- Which of by_model's keys ({model: [primary key, ...]}, a move's) are taken here,
+-- model by model: what a move keeping primary keys would collide with.
+-- Read as each table's owner (its policies and code run as that role).
+CREATE OR REPLACE FUNCTION outbox._move_taken(by_model jsonb)
+RETURNS TABLE (model text, "rows" bigint, taken bigint, first_taken bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_column
+DECLARE
+    k record;
+    t record;
+    answer jsonb[];
+BEGIN
+    IF jsonb_typeof(by_model) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'argument.keys must be a JSON object of arrays of keys by table key'
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    FOR k IN SELECT e.key, e.value FROM jsonb_each(by_model) e ORDER BY e.key LOOP
+        SELECT * INTO t FROM outbox._move_tables() m WHERE m.model = k.key;
+        IF NOT FOUND THEN
+            RAISE EXCEPTION 'table key % is no Organization-scoped table here', quote_literal(k.key)
+                USING ERRCODE = 'undefined_table',
+                      HINT = 'A move needs the same relocation scopes in both cells (outbox.check_models()).';
+        ELSIF jsonb_typeof(k.value) IS DISTINCT FROM 'array' THEN
+            RAISE EXCEPTION 'argument.keys.% must be an array of keys', k.key
+                USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        answer := outbox._run_as_table_owner(t.relid,
+            format('SELECT pg_catalog.jsonb_build_array(pg_catalog.count(*), pg_catalog.min(t.%I::bigint))'
+                   ' FROM %s t WHERE t.%I = ANY (SELECT (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint'
+                   ' FROM pg_catalog.unnest($1) j)', t.pk, t.relid, t.pk),
+            ARRAY(SELECT e FROM jsonb_array_elements(k.value) e));
+        model := k.key;
+        "rows" := jsonb_array_length(k.value);
+        taken := (answer[1]->>0)::bigint;
+        first_taken := (answer[1]->>1)::bigint;
+        RETURN NEXT;
+    END LOOP;
+END
+$$;
+
+-- What a move says of keys taken in its target (a row of _move_taken).
+CREATE OR REPLACE FUNCTION outbox._move_taken_message(mv outbox.organization_moves, model text,
+    taken bigint, first_taken bigint) RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT format('organization %s cannot move to cell %s: %s of its keys in %s are taken there (the first: %s)',
+                  mv.organization, mv.to_cell, taken, model, first_taken)
+$$;
+
+-- keys (source): the primary keys of the move's export, ordinals first to
+-- last, {model: [key, ...]}; with no move of that relocation here, those of
+-- organization as it is now (outbox.plan_relocation's dry run).
+CREATE OR REPLACE FUNCTION outbox._move_keys(p_relocation uuid, argument jsonb) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF EXISTS (SELECT FROM outbox.organization_moves o
+                WHERE o.relocation = p_relocation AND o.side = 'source') THEN
+        RETURN jsonb_build_object('keys', coalesce((
+            SELECT jsonb_object_agg(g.model, g.pks) FROM (
+                SELECT s.model, jsonb_agg(s.pk ORDER BY s.pk) AS pks FROM outbox.relocation_rows s
+                 WHERE s.relocation = p_relocation AND s.pk IS NOT NULL
+                   AND s.ordinal BETWEEN (argument->>'first')::bigint AND (argument->>'last')::bigint
+                 GROUP BY s.model) g), '{}'));
+    END IF;
+    PERFORM outbox._require((argument->>'organization')::bigint, 'argument.organization');
+    RETURN jsonb_build_object('keys', coalesce((
+        SELECT jsonb_object_agg(g.model, g.pks) FROM (
+            SELECT e.model, jsonb_agg(e.pk ORDER BY e.pk) AS pks
+              FROM outbox.export_organizations(ARRAY[(argument->>'organization')::bigint]) e
+             WHERE e.pk IS NOT NULL GROUP BY e.model) g), '{}'));
+END
+$$;
+
+CREATE OR REPLACE FUNCTION outbox._move_import(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st outbox.relocation_state;
+    found_taken record;
+BEGIN
+    SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = mv.relocation;
+    IF NOT FOUND AND mv.mode = 'fork' THEN
+        -- part 2's import: new keys, capture fired (new objects for control)
+        PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
+        RETURN jsonb_build_object('more', true);
+    ELSIF NOT FOUND THEN
+        ANALYZE outbox.move_members; -- all staged: as in the export
+        PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
+        UPDATE outbox.relocation_state s SET keys = 'kept' WHERE s.relocation = mv.relocation
+        RETURNING * INTO st;
+        -- Checked before the copy (step check); again here, for rows the
+        -- target wrote since.
+        SELECT * INTO found_taken FROM outbox._move_taken(coalesce((
+            SELECT jsonb_object_agg(g.model, g.pks) FROM (
+                SELECT s.model, jsonb_agg(s.pk) AS pks FROM outbox.relocation_rows s
+                 WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL GROUP BY s.model) g), '{}')) k
+         WHERE k.taken > 0 ORDER BY k.model LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION '%', outbox._move_taken_message(mv, found_taken.model, found_taken.taken,
+                                                           found_taken.first_taken)
+                USING ERRCODE = 'unique_violation',
+                      HINT = 'A move keeps primary keys: keep each cell''s id ranges apart (its sequences), then cancel the move and start it again.';
+        END IF;
+        RETURN jsonb_build_object('more', true);
+    END IF;
+    IF outbox._import_step(mv.relocation) THEN
+        RETURN jsonb_build_object('more', true);
+    END IF;
+    IF mv.mode = 'fork' THEN
+        -- The copy is all there is to a fork: it is done, under a new root key.
+        UPDATE outbox.organization_moves o
+           SET state = 'complete', step = 'imported', updated_at = clock_timestamp(),
+               finished_at = coalesce(o.finished_at, clock_timestamp())
+         WHERE o.relocation = mv.relocation;
+    END IF;
+    RETURN jsonb_build_object('more', false, 'root', (
+        SELECT m.new FROM outbox.relocation_pk_map m
+         WHERE m.relocation = mv.relocation AND m.table_key = mv.plan->>'root'
+           AND m.old = mv.organization));
+END
+$$;
+
+-- apply (target): the source's changes, in its table order: rows written
+-- (their cycle-breaking columns after every row of the batch), then rows
+-- deleted, children first.
+CREATE OR REPLACE FUNCTION outbox._move_apply(mv outbox.organization_moves, changes jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb := (SELECT s.plan FROM outbox.relocation_state s WHERE s.relocation = mv.relocation);
+    entry jsonb;
+    rows_to_write jsonb[];
+    cols text[];
+    deferred text[];
+    applied int := 0;
+BEGIN
+    FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
+                  ORDER BY e.n LOOP
+        rows_to_write := ARRAY(SELECT c->'fields' || jsonb_build_object(entry->>'pk', c->'pk')
+                                 FROM jsonb_array_elements(changes) c
+                                WHERE c->>'model' = entry->>'model'
+                                  AND jsonb_typeof(c->'fields') = 'object');
+        CONTINUE WHEN cardinality(rows_to_write) = 0;
+        deferred := outbox._relocation_deferred(entry);
+        cols := ARRAY(SELECT jsonb_array_elements_text(entry->'columns') EXCEPT SELECT unnest(deferred));
+        applied := applied + cardinality(outbox._run_as_table_owner_uncaptured(
+            (entry->>'relid')::oid::regclass,
+            format('WITH w AS (INSERT INTO %1$s AS t (%2$s) OVERRIDING SYSTEM VALUE SELECT %3$s'
+                   ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%1$s, j) r'
+                   ' ON CONFLICT (%4$I) DO %5$s RETURNING t.%4$I) SELECT pg_catalog.to_jsonb(w.%4$I) FROM w',
+                   entry->>'qualified',
+                   (SELECT string_agg(quote_ident(c), ', ') FROM unnest(cols || (entry->>'pk')) c),
+                   (SELECT string_agg('r.' || quote_ident(c), ', ') FROM unnest(cols || (entry->>'pk')) c),
+                   entry->>'pk',
+                   CASE WHEN cardinality(cols) = 0 THEN 'NOTHING'
+                        ELSE format('UPDATE SET (%s) = ROW(%s)',
+                                    (SELECT string_agg(quote_ident(c), ', ') FROM unnest(cols) c),
+                                    (SELECT string_agg('excluded.' || quote_ident(c), ', ') FROM unnest(cols) c))
+                   END),
+            rows_to_write));
+        INSERT INTO outbox.move_members AS mm (relocation, model, pk, present)
+        SELECT mv.relocation, entry->>'model', (w->>(entry->>'pk'))::bigint, true
+          FROM unnest(rows_to_write) w
+        ON CONFLICT (relocation, model, pk) DO UPDATE SET present = true;
+    END LOOP;
+    FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) e LOOP
+        deferred := outbox._relocation_deferred(entry);
+        CONTINUE WHEN cardinality(deferred) = 0;
+        rows_to_write := ARRAY(SELECT c->'fields' || jsonb_build_object(entry->>'pk', c->'pk')
+                                 FROM jsonb_array_elements(changes) c
+                                WHERE c->>'model' = entry->>'model'
+                                  AND jsonb_typeof(c->'fields') = 'object');
+        CONTINUE WHEN cardinality(rows_to_write) = 0;
+        PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
+            format('WITH w AS (UPDATE %1$s AS t SET (%2$s) = ROW(%3$s)'
+                   ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%1$s, j) r'
+                   ' WHERE t.%4$I OPERATOR(pg_catalog.=) r.%4$I RETURNING t.%4$I)'
+                   ' SELECT pg_catalog.to_jsonb(w.%4$I) FROM w',
+                   entry->>'qualified',
+                   (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
+                   (SELECT string_agg('r.' || quote_ident(c), ', ') FROM unnest(deferred) c),
+                   entry->>'pk'),
+            rows_to_write);
+    END LOOP;
+    FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
+                  ORDER BY e.n DESC LOOP
+        rows_to_write := ARRAY(SELECT c->'pk' FROM jsonb_array_elements(changes) c
+                                WHERE c->>'model' = entry->>'model'
+                                  AND jsonb_typeof(c->'fields') IS DISTINCT FROM 'object');
+        CONTINUE WHEN cardinality(rows_to_write) = 0;
+        applied := applied + outbox._move_delete_rows(entry, rows_to_write);
+        UPDATE outbox.move_members mm SET present = false
+         WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+           AND mm.pk = ANY (ARRAY(SELECT (w #>> '{}')::bigint FROM unnest(rows_to_write) w));
+    END LOOP;
+    RETURN jsonb_build_object('applied', applied);
+END
+$$;
+
+-- cancel (either side, before the cutover): the target removes what it
+-- received (without outbox rows: it wrote them without), both forget
+-- the move's staging, change log and members, lift their fence, and drop
+-- the triggers when no other move needs them.  The source is as it was.
+-- Returns the rows deleted.
+CREATE OR REPLACE FUNCTION outbox._move_cancel_here(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    plan jsonb := (SELECT s.plan FROM outbox.relocation_state s WHERE s.relocation = mv.relocation);
+    entry jsonb;
+    deleted bigint := 0;
+    keys jsonb[];
+    t record;
+BEGIN
+    IF mv.state = 'cancelled' THEN
+        RETURN jsonb_build_object('deleted', 0);
+    ELSIF mv.mode = 'fork' AND mv.state <> 'complete' THEN
+        -- What the import wrote goes as it came, captured (part 2's cancel).
+        IF mv.side = 'target' AND EXISTS (SELECT FROM outbox.relocation_state s
+                                           WHERE s.relocation = mv.relocation
+                                             AND s.state <> 'cancelled') THEN
+            deleted := outbox.cancel_relocation(mv.relocation);
+        END IF;
+        plan := NULL;
+    ELSIF mv.state = 'complete' OR mv.step IN ('deleting', 'deleted')
+          OR (mv.side = 'target' AND NOT mv.fenced) THEN
+        RAISE EXCEPTION 'relocation % is past its cutover: organization % lives in cell % now',
+            mv.relocation, mv.organization, mv.to_cell
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    IF mv.side = 'target' AND plan IS NOT NULL THEN
+        PERFORM outbox._move_clear_cycles(mv, plan);
+        FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
+                      ORDER BY e.n DESC LOOP
+            keys := ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
+                           WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                             AND mm.present);
+            CONTINUE WHEN cardinality(keys) = 0;
+            deleted := deleted + outbox._move_delete_rows(entry, keys);
+        END LOOP;
+        UPDATE outbox.relocation_state s
+           SET state = 'cancelled', step = NULL, updated_at = clock_timestamp(),
+               finished_at = clock_timestamp()
+         WHERE s.relocation = mv.relocation;
+    END IF;
+    UPDATE outbox.organization_moves o
+       SET state = 'cancelled', step = 'cancelled', fenced = false, updated_at = clock_timestamp(),
+           finished_at = clock_timestamp()
+     WHERE o.relocation = mv.relocation;
+    DELETE FROM outbox.move_changes c WHERE c.relocation = mv.relocation;
+    DELETE FROM outbox.move_members mm WHERE mm.relocation = mv.relocation;
+    DELETE FROM outbox.relocation_rows s WHERE s.relocation = mv.relocation;
+    -- The triggers go when nothing here needs them: no move under way, no
+    -- source that stays fenced for an organization it gave away.
+    IF NOT outbox._moving_here() AND NOT EXISTS (
+        SELECT FROM outbox.organization_moves o WHERE o.side = 'source' AND o.fenced) THEN
+        FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
+                  WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
+        END LOOP;
+    END IF;
+    RETURN jsonb_build_object('deleted', deleted);
+END
+$$;

@@ -1,0 +1,141 @@
+-- Moving an organization: the cell's one entry for control's link role.
+
+-- Control's call into a cell: outbox.relocation_peer there.  Every
+-- operation but prepare names a move this cell takes part in, on the side
+-- the operation is for.
+CREATE OR REPLACE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    link outbox.control_link;
+    mv outbox.organization_moves;
+    p_relocation uuid;
+    wanted text;
+    t record;
+BEGIN
+    IF protocol IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'relocation protocol % is not supported here (this side speaks 1)',
+            coalesce(protocol::text, 'NULL') USING ERRCODE = 'feature_not_supported';
+    END IF;
+    SELECT * INTO link FROM outbox.control_link;
+    IF current_setting('outbox.silo_mode') <> 'cell' OR NOT FOUND
+       OR link.link_role <> session_user THEN
+        RAISE EXCEPTION 'role % is not the link role of this cell''s control', quote_ident(session_user)
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    -- By identity too: dropped and created again, or a superuser now.
+    PERFORM outbox._link_peer(1);
+    IF jsonb_typeof(argument) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'argument must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    p_relocation := (argument->>'relocation')::uuid;
+    PERFORM outbox._require(p_relocation, 'argument.relocation');
+    IF operation = 'prepare' THEN
+        RETURN outbox._move_prepare(link.cell_name, argument);
+    ELSIF operation = 'cancel' THEN
+        -- The tables whose move triggers the cancel may drop are locked
+        -- before the move's row: a writer's trigger logs into
+        -- move_changes, whose key check waits for that row, while holding
+        -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
+        FOR t IN SELECT DISTINCT g.tgrelid::regclass AS rel FROM pg_trigger g
+                  WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure ORDER BY 1 LOOP
+            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', t.rel);
+        END LOOP;
+        SELECT * INTO mv FROM outbox.organization_moves o
+         WHERE o.relocation = p_relocation AND o.side <> 'control' FOR UPDATE;
+        IF NOT FOUND THEN
+            RETURN jsonb_build_object('deleted', 0); -- never prepared here
+        END IF;
+        RETURN outbox._move_cancel_here(mv);
+    ELSIF operation = 'keys' THEN -- of a move's export here, or a dry run's
+        RETURN outbox._move_keys(p_relocation, argument);
+    ELSIF operation = 'taken' THEN -- read only, for any move and dry run
+        RETURN jsonb_build_object('taken', coalesce((
+            SELECT jsonb_agg(to_jsonb(k)) FROM outbox._move_taken(argument->'keys') k), '[]'));
+    END IF;
+    wanted := CASE WHEN operation IN ('export', 'chunk', 'changes', 'fence', 'in_flight',
+                                      'drained', 'delete', 'finish') THEN 'source'
+                   WHEN operation IN ('stage', 'import', 'apply', 'lift') THEN 'target' END;
+    IF wanted IS NULL THEN
+        RAISE EXCEPTION 'operation % is not one of relocation protocol 1', quote_literal(operation)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    SELECT * INTO mv FROM outbox.organization_moves o
+     WHERE o.relocation = p_relocation AND o.side = wanted FOR UPDATE;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'relocation % is no move whose % this cell is', p_relocation, wanted
+            USING ERRCODE = 'undefined_object';
+    ELSIF mv.state = 'cancelled' THEN
+        RAISE EXCEPTION 'relocation % was cancelled', p_relocation
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    CASE operation
+    WHEN 'export' THEN
+        RETURN outbox._move_export(mv);
+    WHEN 'chunk' THEN
+        RETURN jsonb_build_object('rows', coalesce((
+            SELECT jsonb_agg(jsonb_build_array(s.ordinal, s.model, s.pk, s.fields) ORDER BY s.ordinal)
+              FROM outbox.relocation_rows s
+             WHERE s.relocation = p_relocation
+               AND s.ordinal BETWEEN (argument->>'first')::bigint AND (argument->>'last')::bigint),
+            '[]'));
+    WHEN 'changes' THEN
+        RETURN outbox._move_changes(mv, argument);
+    WHEN 'fence' THEN
+        UPDATE outbox.organization_moves o
+           SET fenced = true, fenced_at = coalesce(o.fenced_at, clock_timestamp()), step = 'fenced',
+               updated_at = clock_timestamp()
+         WHERE o.relocation = p_relocation;
+        -- Fenced by an earlier call whose answer control lost: since then.
+        RETURN jsonb_build_object('fenced', true, 'since', CASE WHEN mv.fenced THEN mv.fenced_at END);
+    WHEN 'in_flight' THEN
+        RETURN outbox._move_in_flight(mv);
+    WHEN 'drained' THEN
+        IF mv.outbox_mark IS NULL THEN
+            RAISE EXCEPTION 'relocation %: the source''s transactions in flight are not waited for yet',
+                p_relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        IF mv.step NOT IN ('drained', 'deleting', 'deleted') AND NOT EXISTS (
+            SELECT FROM outbox.cell_outbox b WHERE b.id <= mv.outbox_mark) THEN
+            UPDATE outbox.organization_moves o SET step = 'drained', updated_at = clock_timestamp()
+             WHERE o.relocation = p_relocation;
+        END IF;
+        RETURN jsonb_build_object('left', (SELECT count(*) FROM outbox.cell_outbox b
+                                            WHERE b.id <= mv.outbox_mark));
+    WHEN 'delete' THEN
+        IF mv.state = 'complete' THEN
+            RETURN jsonb_build_object('deleted', 0, 'done', true);
+        END IF;
+        RETURN outbox._move_delete(mv, coalesce((argument->>'limit')::int, 1000));
+    WHEN 'finish' THEN
+        IF mv.mode <> 'fork' THEN
+            RAISE EXCEPTION 'relocation % is a move: its source finishes by deleting the organization',
+                p_relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        UPDATE outbox.organization_moves o
+           SET state = 'complete', step = 'exported', updated_at = clock_timestamp(),
+               finished_at = coalesce(o.finished_at, clock_timestamp())
+         WHERE o.relocation = p_relocation;
+        DELETE FROM outbox.relocation_rows s WHERE s.relocation = p_relocation;
+        RETURN jsonb_build_object('finished', true);
+    WHEN 'stage' THEN
+        RETURN outbox._move_stage(mv, argument->'rows');
+    WHEN 'import' THEN
+        RETURN outbox._move_import(mv);
+    WHEN 'apply' THEN
+        RETURN outbox._move_apply(mv, argument->'changes');
+    WHEN 'lift' THEN
+        IF mv.step <> 'lifted' THEN
+            PERFORM outbox._move_walk_tombstones_again(mv);
+        END IF;
+        UPDATE outbox.organization_moves o
+           SET fenced = false, state = 'complete', step = 'lifted',
+               lifted_at = coalesce(o.lifted_at, clock_timestamp()),
+               finished_at = coalesce(o.finished_at, clock_timestamp()), updated_at = clock_timestamp()
+         WHERE o.relocation = p_relocation;
+        RETURN jsonb_build_object('lifted', true);
+    END CASE;
+END
+$$;
