@@ -4,15 +4,15 @@
 // the cell as the links do (link/connection.hpp): the cell's foreign server
 // and the worker's user mapping for it, so that control logs in there as
 // its link role, which the cell trusts with moves only when it granted it
-// outbox.relocation_peer.  One connection per cell, kept for the next call
-// (a move makes many); a call waits at most outbox.link_timeout, on the
-// latch.  An error there is raised here with its SQLSTATE, its message
-// prefixed with the cell's name.  The answer is the cell's, not trusted:
-// at most max_answer bytes, and a text the caller parses as jsonb.
+// outbox.relocation_peer.  The link's own connection to the cell, kept
+// for the next call and round (a move makes many calls); a call waits at
+// most outbox.link_timeout, on the latch.  An error there is raised here with its SQLSTATE, its
+// message prefixed with the cell's name.  The answer is the cell's, not trusted: at most max_answer
+// bytes, and a text the caller parses as jsonb.
 //
 // Only the extension's owner may execute it (90_privileges.sql revokes it
 // from PUBLIC).  Plain C-style code: PostgreSQL errors unwind through it;
-// a connection an error left busy is dropped by the next call.
+// a connection an error left busy is dropped by the next call or round.
 #include "link/connection.hpp"
 #include "link/server_options.hpp"
 #include "pg/guard.hpp"
@@ -28,46 +28,11 @@ namespace {
 
 constexpr int max_answer = 64 * 1024 * 1024;
 
-struct PeerConnection {
-    char cell[NAMEDATALEN * 2];
-    PGconn *conn;
-    char *conninfo; // what it connected with (TopMemoryContext)
-};
-
-PeerConnection *peers = nullptr; // in TopMemoryContext
-int npeers = 0;
-int peers_capacity = 0;
-
-PeerConnection *peer_of(const char *cell) {
-    for (int i = 0; i < npeers; i++)
-        if (strcmp(peers[i].cell, cell) == 0)
-            return &peers[i];
-    if (npeers == peers_capacity) {
-        peers_capacity = Max(peers_capacity * 2, 4);
-        peers = peers == nullptr
-                    ? (PeerConnection *)MemoryContextAlloc(TopMemoryContext,
-                                                           sizeof(PeerConnection) * peers_capacity)
-                    : (PeerConnection *)repalloc(peers, sizeof(PeerConnection) * peers_capacity);
-    }
-    PeerConnection *p = &peers[npeers++];
-    memset(p, 0, sizeof *p);
-    strlcpy(p->cell, cell, sizeof p->cell);
-    return p;
-}
-
-void drop(PeerConnection *p) {
-    if (p->conn != nullptr)
-        PQfinish(p->conn);
-    p->conn = nullptr;
-    if (p->conninfo != nullptr)
-        pfree(p->conninfo);
-    p->conninfo = nullptr;
-}
-
-[[noreturn]] void unreachable(PeerConnection *p, const char *error) {
+[[noreturn]] void unreachable(Connection *c, const char *cell, const char *error) {
     char *message = pstrdup(error);
-    drop(p);
-    ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("cell %s: %s", p->cell, message)));
+    if (c != nullptr)
+        drop_connection(c);
+    ereport(ERROR, (errcode(ERRCODE_CONNECTION_FAILURE), errmsg("cell %s: %s", cell, message)));
     pg_unreachable();
 }
 
@@ -98,31 +63,24 @@ OUTBOX_FUNCTION(outbox__relocation_call) {
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("cell %s: %s", cell, unusable)));
 
-    PeerConnection *p = peer_of(cell);
-    if (p->conn != nullptr &&
-        (PQstatus(p->conn) != CONNECTION_OK || PQtransactionStatus(p->conn) != PQTRANS_IDLE ||
-         strcmp(p->conninfo, target.conninfo) != 0))
-        drop(p);
+    // The link's connection to the cell (link/connection.hpp): one cache,
+    // in pipeline mode, each call followed by a sync point.
     char error[512] = "";
-    if (p->conn == nullptr) {
-        p->conn = link_connect(&target, error, sizeof error);
-        if (p->conn == nullptr)
-            unreachable(p, error);
-        if (PQsetnonblocking(p->conn, 1) != 0)
-            unreachable(p, PQerrorMessage(p->conn));
-        p->conninfo = MemoryContextStrdup(TopMemoryContext, target.conninfo);
-    }
+    Connection *c = round_connection(&target, error, sizeof error);
+    if (c == nullptr)
+        unreachable(nullptr, cell, error);
     const char *values[3] = {"1", operation, argument};
-    if (!PQsendQueryParams(p->conn,
+    if (!PQsendQueryParams(c->conn,
                            "SELECT outbox.relocation_peer($1::pg_catalog.int4, "
                            "$2::pg_catalog.text, $3::pg_catalog.jsonb)::pg_catalog.text",
-                           3, nullptr, values, nullptr, nullptr, 0))
-        unreachable(p, PQerrorMessage(p->conn));
-    if (!flush(p->conn, error, sizeof error))
-        unreachable(p, error);
-    PGresult *result = next_result(p->conn, error, sizeof error);
+                           3, nullptr, values, nullptr, nullptr, 0) ||
+        !PQpipelineSync(c->conn))
+        unreachable(c, cell, PQerrorMessage(c->conn));
+    if (!flush(c->conn, error, sizeof error))
+        unreachable(c, cell, error);
+    PGresult *result = next_result(c->conn, error, sizeof error);
     if (result == nullptr)
-        unreachable(p, error);
+        unreachable(c, cell, error);
 
     char *answer = nullptr;
     char *message = nullptr, *detail = nullptr, *hint = nullptr;
@@ -144,10 +102,15 @@ OUTBOX_FUNCTION(outbox__relocation_call) {
                            PQresStatus(status), PQntuples(result));
     }
     PQclear(result);
-    // The end of the answer; a connection still busy after it is dropped
-    // by the next call.
-    while ((result = next_result(p->conn, error, sizeof error)) != nullptr)
-        PQclear(result);
+    // The query's results end with a NULL, the call with its sync point;
+    // a connection in any other state goes.
+    result = PQgetResult(c->conn);
+    if (result == nullptr)
+        result = next_result(c->conn, error, sizeof error);
+    bool synced = result != nullptr && PQresultStatus(result) == PGRES_PIPELINE_SYNC;
+    PQclear(result);
+    if (!synced)
+        drop_connection(c);
     if (answer != nullptr)
         PG_RETURN_TEXT_P(cstring_to_text(answer));
     ereport(ERROR, (errcode(sqlstate), errmsg("cell %s: %s", cell, message ? message : "an error"),
