@@ -161,6 +161,11 @@ BEGIN
                       HINT = 'Wait for the move to end (outbox.organization_moves).';
         END IF;
     END IF;
+    -- A partition created or attached while a move's triggers are in place
+    -- gets them too (its writes are logged and fenced as its parent's).
+    IF EXISTS (SELECT FROM pg_trigger g WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure) THEN
+        PERFORM outbox._move_install_triggers();
+    END IF;
     IF NOT EXISTS (SELECT FROM outbox.registered_tables) THEN
         RETURN;
     END IF;

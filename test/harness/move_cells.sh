@@ -44,6 +44,9 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO move_app;
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO move_app;
 SQL
     done
+    # A cell asks control whether it recorded a move it is told to
+    # prepare, logged in there as its own link role (docs/relocation.md).
+    on control -c "GRANT EXECUTE ON FUNCTION outbox.relocation_peer TO outbox_link_us, outbox_link_eu" >/dev/null || return 1
     # Placed before any row is written: control takes a cell's messages
     # only for the organizations it places in that cell (issue 46), and a
     # refused batch backs the link off.
@@ -91,8 +94,8 @@ INSERT INTO org_audit VALUES (1, 1), (2, 2);
 SQL
 }
 
-start_writer() { # ORGS RATE
-    (set -a; source "$work/env"; ORGS=$1 RATE=$2 LOG=$work/writes STOP=$work/stop \
+start_writer() { # ORGS RATE (LATENCY=FILE: each write's wait, move_writer.py)
+    (set -a; source "$work/env"; ORGS=$1 RATE=$2 LOG=$work/writes STOP=$work/stop LATENCY=${LATENCY:-} \
         exec "$PYTHON" "$MOVE_ROOT/test/harness/move_writer.py") 2>>"$work/writer.err" &
     writer=$!
 }

@@ -15,7 +15,9 @@ none is written twice.  Writes acknowledged are appended to LOG as
 "<org>\t<op>\t<event or project id>\t<message or slug>\t<cell>"; refusals
 as "<org>\trefused\t<seconds until the retry succeeded>".  Configured by the
 environment: CONTROL_DSN, CELL_DSN_<cell> (for each cell), ORGS, RATE, LOG,
-STOP."""
+STOP; with LATENCY set, each write's wait (from its first try to its
+commit, refusals and retries included) is appended there as
+"<org>\t<seconds>\t<unix time of the commit>"."""
 import os
 import sys
 import time
@@ -28,6 +30,7 @@ connections = {}
 orgs = [tuple(int(x) for x in o.split(":")) for o in env["ORGS"].split(",")]
 rate = float(env.get("RATE", "100"))
 log = open(env["LOG"], "a", buffering=1)
+latency = open(env["LATENCY"], "a", buffering=1) if env.get("LATENCY") else None
 stop = env["STOP"]
 BROKEN = (psycopg2.OperationalError, psycopg2.InterfaceError)
 
@@ -101,6 +104,7 @@ while not os.path.exists(stop):
         k = n[org]
         message = "w%d-%d" % (org, k)
         refused_at = None
+        began = time.monotonic()
         while True:
             cell = cell_of(org)
             ops = []
@@ -140,6 +144,8 @@ while not os.path.exists(stop):
                 if k % 20 == 0 and org in last_event:
                     ops.append(("delete", last_event[org], ""))
                 break
+        if latency is not None:
+            latency.write("%d\t%.4f\t%.3f\n" % (org, time.monotonic() - began, time.time()))
         if refused_at is not None:
             log.write("%d\trefused\t%.3f\n" % (org, time.monotonic() - refused_at))
         for op, object_id, value in ops:

@@ -19,7 +19,7 @@ CREATE INDEX ON environment (project_id);
 CREATE TABLE event (id bigserial NOT NULL, project_id bigint NOT NULL REFERENCES project, message text,
     PRIMARY KEY (id)) PARTITION BY RANGE (id);
 CREATE TABLE event_1 PARTITION OF event FOR VALUES FROM (0) TO (50000);
-CREATE TABLE event_2 PARTITION OF event FOR VALUES FROM (50000) TO (MAXVALUE);
+CREATE TABLE event_2 PARTITION OF event FOR VALUES FROM (50000) TO (100000000);
 CREATE INDEX ON event (project_id);
 CREATE TABLE member (id bigserial PRIMARY KEY, organization_id bigint NOT NULL REFERENCES organization, user_id bigint NOT NULL);
 CREATE INDEX ON member (organization_id);

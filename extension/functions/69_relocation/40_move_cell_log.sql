@@ -116,7 +116,13 @@ AS $$
                     WHERE o.side <> 'control' AND o.state NOT IN ('complete', 'cancelled'))
 $$;
 
--- Puts the move triggers on every Organization-scoped table that lacks them.
+-- Puts the move triggers on every Organization-scoped table that lacks
+-- them, and on each of its partitions: a statement on a partition fires
+-- the partition's statement triggers, not its parent's (issue 44: an
+-- UPDATE through a partition was not logged, an INSERT through one passed
+-- the fence, TRUNCATE of one passed).  A partition's triggers carry its
+-- root's table key.  Partitions created or attached while the triggers
+-- are in place get them from the DDL guard (outbox._guard_ddl).
 CREATE OR REPLACE FUNCTION outbox._move_install_triggers() RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -126,7 +132,10 @@ DECLARE
     args text;
     installed int := 0;
 BEGIN
-    FOR t IN SELECT * FROM outbox._move_tables() LOOP
+    FOR t IN SELECT p.relid, m.model, m.pk, m.refs FROM outbox._move_tables() m
+               CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
+               JOIN pg_class c ON c.oid = p.relid
+              WHERE c.relkind IN ('r', 'p') LOOP
         CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
                                WHERE g.tgrelid = t.relid AND g.tgname = 'pg_outbox_move_insert');
         args := format('%L, %L', t.model, t.pk) || coalesce((
@@ -237,6 +246,11 @@ BEGIN
         INSERT INTO outbox.move_members (relocation, model, pk, present)
         VALUES (p_relocation, root, p_organization, true);
     END IF;
+    -- CREATE TRIGGER's lock waits behind the writers' transactions, and
+    -- every writer that comes later waits behind it: at most 50 ms here,
+    -- then the step fails and control tries it again later (it never
+    -- deadlocks with a writer either: 40P01 went to an application once).
+    PERFORM set_config('lock_timeout', '50ms', true);
     RETURN jsonb_build_object('prepared', true, 'triggers', outbox._move_install_triggers());
 END
 $$;

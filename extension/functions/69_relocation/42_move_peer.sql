@@ -1,8 +1,44 @@
 -- Moving an organization: the cell's one entry for control's link role.
 
+-- Whether control recorded the move a prepare describes: asked of control
+-- over this cell's own link (its server and user mapping, logged in there
+-- as this cell's link role), never taken from the caller's word.  Whoever
+-- holds control's link role here (a leaked password, a peer that is not
+-- control) can no longer make a cell fence an organization, log its
+-- changes or stage rows for a move control never decided (issue 44).
+CREATE OR REPLACE FUNCTION outbox._move_recorded_by_control(link outbox.control_link, argument jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    record jsonb;
+BEGIN
+    BEGIN
+        record := outbox._relocation_call(link.server, 'control', 'record',
+            jsonb_build_object('relocation', argument->>'relocation')::text)::jsonb;
+    EXCEPTION WHEN undefined_object THEN
+        record := NULL; -- control knows no such move of this cell
+    END;
+    IF jsonb_typeof(record) IS DISTINCT FROM 'object'
+       OR record->>'organization' IS DISTINCT FROM argument->>'organization'
+       OR record->>'from' IS DISTINCT FROM argument->>'from'
+       OR record->>'to' IS DISTINCT FROM argument->>'to'
+       OR record->>'mode' IS DISTINCT FROM coalesce(argument->>'mode', 'move')
+       OR record->>'state' IS DISTINCT FROM 'moving' THEN
+        RAISE EXCEPTION 'relocation % is not a move control recorded', argument->>'relocation'
+            USING ERRCODE = 'insufficient_privilege',
+                  DETAIL = format('Asked: %s.  Control''s record: %s.', argument, record);
+    END IF;
+END
+$$;
+
 -- Control's call into a cell: outbox.relocation_peer there.  Every
 -- operation but prepare names a move this cell takes part in, on the side
--- the operation is for.
+-- the operation is for; a prepare is of a move control recorded (asked
+-- of control, _move_recorded_by_control).  On control, the one operation
+-- is record, for a cell's link role: control's record of a move that cell
+-- takes part in.
 CREATE OR REPLACE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql SECURITY DEFINER
@@ -19,6 +55,9 @@ BEGIN
         RAISE EXCEPTION 'relocation protocol % is not supported here (this side speaks 1)',
             coalesce(protocol::text, 'NULL') USING ERRCODE = 'feature_not_supported';
     END IF;
+    IF current_setting('outbox.silo_mode') = 'control' THEN
+        RETURN outbox._move_record(outbox._link_peer(1), operation, argument);
+    END IF;
     SELECT * INTO link FROM outbox.control_link;
     IF current_setting('outbox.silo_mode') <> 'cell' OR NOT FOUND
        OR link.link_role <> session_user THEN
@@ -33,18 +72,24 @@ BEGIN
     p_relocation := (argument->>'relocation')::uuid;
     PERFORM outbox._require(p_relocation, 'argument.relocation');
     IF operation = 'prepare' THEN
+        IF NOT EXISTS (SELECT FROM outbox.organization_moves o WHERE o.relocation = p_relocation) THEN
+            PERFORM outbox._move_recorded_by_control(link, argument);
+        END IF;
         RETURN outbox._move_prepare(link.cell_name, argument);
     ELSIF operation = 'cancel' THEN
         -- The tables whose move triggers the cancel may drop are locked
         -- before the move's row: a writer's trigger logs into
         -- move_changes, whose key check waits for that row, while holding
         -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
+        -- Each lock waits at most 50 ms (writers queue behind it); control
+        -- tries the cancel again.
+        PERFORM set_config('lock_timeout', '50ms', true);
         FOR t IN SELECT DISTINCT g.tgrelid::regclass AS rel FROM pg_trigger g
                   WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure ORDER BY 1 LOOP
             EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', t.rel);
         END LOOP;
         SELECT * INTO mv FROM outbox.organization_moves o
-         WHERE o.relocation = p_relocation AND o.side <> 'control' FOR UPDATE;
+         WHERE o.relocation = p_relocation AND o.side <> 'control' FOR NO KEY UPDATE;
         IF NOT FOUND THEN
             RETURN jsonb_build_object('deleted', 0); -- never prepared here
         END IF;
@@ -62,8 +107,12 @@ BEGIN
         RAISE EXCEPTION 'operation % is not one of relocation protocol 1', quote_literal(operation)
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- FOR NO KEY UPDATE: writers' change log entries refer to this row
+    -- (their foreign key check takes FOR KEY SHARE), and a step such as the
+    -- export holds it for as long as it runs; FOR UPDATE made every writer
+    -- of the cell wait for the export (issue 44).
     SELECT * INTO mv FROM outbox.organization_moves o
-     WHERE o.relocation = p_relocation AND o.side = wanted FOR UPDATE;
+     WHERE o.relocation = p_relocation AND o.side = wanted FOR NO KEY UPDATE;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'relocation % is no move whose % this cell is', p_relocation, wanted
             USING ERRCODE = 'undefined_object';
@@ -137,5 +186,37 @@ BEGIN
          WHERE o.relocation = p_relocation;
         RETURN jsonb_build_object('lifted', true);
     END CASE;
+END
+$$;
+
+-- On control, for cell (a cell's link role, outbox._link_peer): control's
+-- record of a move that cell is the source or the target of.
+CREATE OR REPLACE FUNCTION outbox._move_record(cell text, operation text, argument jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    answer jsonb;
+    p_relocation uuid;
+BEGIN
+    IF operation IS DISTINCT FROM 'record' THEN
+        RAISE EXCEPTION 'operation % is not one control answers (record is)',
+            quote_literal(operation) USING ERRCODE = 'invalid_parameter_value';
+    ELSIF jsonb_typeof(argument) IS DISTINCT FROM 'object' THEN
+        RAISE EXCEPTION 'argument must be a JSON object' USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    p_relocation := (argument->>'relocation')::uuid;
+    PERFORM outbox._require(p_relocation, 'argument.relocation');
+    SELECT jsonb_build_object('relocation', o.relocation, 'organization', o.organization,
+                              'from', o.from_cell, 'to', o.to_cell, 'mode', o.mode,
+                              'state', o.state, 'step', o.step) INTO answer
+      FROM outbox.organization_moves o
+     WHERE o.relocation = p_relocation AND o.side = 'control' AND cell IN (o.from_cell, o.to_cell);
+    IF answer IS NULL THEN
+        RAISE EXCEPTION 'relocation % is no move of cell %', argument->>'relocation', cell
+            USING ERRCODE = 'undefined_object';
+    END IF;
+    RETURN answer;
 END
 $$;

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# A move you can trust with a real cell (issue 44; docs/relocation.md,
+# "Moving an organization between cells"; SPEC sections 9 and 12), on the
+# three clusters of test/harness/move_cells.sh, each case as the role that
+# tries it:
+#   - control's link role in a cell drives only moves control recorded: a
+#     prepare of a made-up move, as source and as target, or of a recorded
+#     move with another organization, is refused (42501) and changes
+#     nothing (the cell asks control over its own link);
+#   - writes through a partition during a move: an UPDATE in the source
+#     reaches the target, an INSERT in the fenced target and a TRUNCATE of
+#     a partition are refused as through the parent; so are writes through
+#     a partition attached while the move runs;
+#   - writers of two other tenants, one in each cell, and of the moving
+#     organization, each a process of its own, through the whole move:
+#     their longest waits.
+# Each check failed on 0.9.0 but the TRUNCATE of the parent, the INSERT
+# through the parent and the move completing (the other tenant's writer in
+# the source waited 469 ms: the export held the move's row FOR UPDATE,
+# which every writer's change log entry waits for).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+MOVE_ROOT=$root
+source "$root/test/harness/move_cells.sh"
+source "$root/test/harness/check.sh"
+writers=
+trap 'kill $writers 2>/dev/null; move_cells_stop' EXIT
+move_cells_setup || exit 1
+
+as_link() { ON_USER=outbox_link_control state_of "$@"; }
+new_uuid() { on control -c "SELECT gen_random_uuid()"; }
+
+echo "Control's link role in a cell drives only the moves control recorded"
+fake=$(new_uuid)
+check "a prepare of a move control never recorded is refused (42501)" \
+    test "$(as_link us "SELECT outbox.relocation_peer(1, 'prepare', '{\"relocation\": \"$fake\", \"side\": \"source\", \"organization\": 2, \"from\": \"us\", \"to\": \"eu\"}')")" = 42501
+check "  ... us recorded nothing of it and installed no trigger for it" \
+    test "$(on us -c "SELECT count(*) FROM outbox.organization_moves WHERE relocation = '$fake'"):$(on us -c "SELECT count(*) FROM pg_trigger WHERE tgfoid = 'outbox._move_trigger()'::regprocedure")" = 0:0
+fake_target=$(new_uuid)
+check "a prepare as the target of a made-up move is refused in eu (42501)" \
+    test "$(as_link eu "SELECT outbox.relocation_peer(1, 'prepare', '{\"relocation\": \"$fake_target\", \"side\": \"target\", \"organization\": 7, \"from\": \"us\", \"to\": \"eu\"}')")" = 42501
+check "  ... eu fences nothing for it" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.organization_moves WHERE relocation = '$fake_target'")" = 0
+
+echo "Writes through a partition while organization 1 moves"
+# The move holds itself (paused) when it reaches its catch-up, before its
+# fence, as relocation_move_faults.sh holds its moves: the target has the
+# rows and is fenced, the source logs changes.
+on control >/dev/null <<'SQL'
+CREATE FUNCTION public.hold_at_catch_up() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.state := 'paused';
+    RETURN NEW;
+END $$;
+CREATE TRIGGER hold_at_catch_up BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    WHEN (OLD.step <> NEW.step AND NEW.step = 'catch_up') EXECUTE FUNCTION public.hold_at_catch_up();
+SQL
+# Event 1 is project 2's, organization 1's; event_2 holds no row.
+# Writers of organization 1 and of two other tenants, 2 in us and 3 in eu,
+# each a process of its own, through the whole move: each write's wait in
+# $work/latency.
+eu_project=$(on eu -c "SELECT min(id) FROM project WHERE organization_id = 3")
+writers=
+for orgs in 1:2 2:721 3:$eu_project; do
+    LATENCY=$work/latency start_writer "$orgs" 30
+    writers="$writers $writer"
+done
+writer=
+sleep 2
+relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+check "the move holds at its catch-up, before its fence" \
+    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation'" "paused catch_up"
+on control -c "DROP TRIGGER hold_at_catch_up ON outbox.organization_moves" >/dev/null
+record() { # ROLE RELOCATION: what control answers that role about a move
+    ON_USER=$1 on control -c "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$2\"}')->>'organization'" 2>&1
+}
+check "control tells a cell of the move its record holds" \
+    test "$(record outbox_link_us "$relocation")" = 1
+check "  ... to a cell's link role only, not even to a superuser (42501)" \
+    test "$(state_of control "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$relocation\"}')")" = 42501
+check "  ... and of no move it did not record (42704)" \
+    test "$(ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$fake\"}')")" = 42704
+# A partition attached while the move runs, in both cells, carries the
+# fence and the change log as the others do.
+for cell in us eu; do
+    on "$cell" -c "CREATE TABLE event_3 (LIKE event INCLUDING DEFAULTS);
+                   ALTER TABLE event ATTACH PARTITION event_3 FOR VALUES FROM (100000000) TO (MAXVALUE);
+                   GRANT SELECT, INSERT, UPDATE, DELETE ON event_3 TO move_app" >/dev/null
+done
+check "an INSERT through a partition attached during the move, in the fenced target: OBM01" \
+    test "$(ON_USER=move_app state_of eu "INSERT INTO event_3 (id, project_id, message) VALUES (100000001, 2, 'fenced')")" = OBM01
+check "an INSERT through it in the source is taken" \
+    test "$(ON_USER=move_app state_of us "INSERT INTO event_3 (id, project_id, message) VALUES (100000002, 2, 'late partition')")" = ok
+check "an UPDATE through a partition in the source is taken (organization 1 lives there)" \
+    test "$(ON_USER=move_app state_of us "UPDATE event_1 SET message = 'through a partition' WHERE id = 1")" = ok
+check "an INSERT through a partition in the fenced target is refused (OBM01)" \
+    test "$(ON_USER=move_app state_of eu "INSERT INTO event_1 (id, project_id, message) VALUES (49990, 2, 'fenced')")" = OBM01
+check "  ... as through the parent" \
+    test "$(ON_USER=move_app state_of eu "INSERT INTO event (id, project_id, message) VALUES (49991, 2, 'fenced')")" = OBM01
+check "TRUNCATE of the parent is refused in the source while it moves" \
+    test "$(state_of us "TRUNCATE event")" != ok
+check "  ... and of a partition too" \
+    test "$(state_of us "TRUNCATE event_2")" != ok
+on control -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
+check "the move completes" \
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
+check "the UPDATE made through the partition is in eu" \
+    test "$(on eu -c "SELECT message FROM event WHERE id = 1")" = "through a partition"
+check "  ... and is in eu after the move" \
+    test "$(on eu -c "SELECT message FROM event WHERE id = 100000002")" = "late partition"
+sleep 2
+touch "$work/stop"
+wait $writers
+longest() { awk -v org="$1" '$1 == org && $2 > m { m = $2 } END { printf "%d", m * 1000 }' "$work/latency"; }
+echo "# longest waits through the move (ms): organization 1 (moving) $(longest 1)," \
+     "2 (us) $(longest 2), 3 (eu) $(longest 3)"
+# The issue's goal is 50 ms for another tenant; the bound here is generous
+# for a shared 2-core machine (bench/relocation/tenants.sh measures).
+check "another tenant's writer in the source never waits on the move for 200 ms" \
+    test "$(longest 2)" -lt 200
+check "  ... nor in the target" \
+    test "$(longest 3)" -lt 200
+
+checks_done relocation_trust.sh
