@@ -4,6 +4,7 @@
 
 #include "cascade/cascade.hpp"
 #include "registry/ddl_guard.hpp"
+#include "relocation/move/move_trigger.hpp"
 #include "delivery/compaction.hpp"
 #include "delivery/delivery.hpp"
 #include "pg/run_as.hpp"
@@ -242,6 +243,7 @@ void _PG_init(void) {
 
     MarkGUCPrefixReserved("outbox");
     install_drop_hook();
+    relocation::install_stale_statement_check();
     if (process_shared_preload_libraries_in_progress) {
         previous_shmem_request = shmem_request_hook;
         shmem_request_hook = request_shmem;

@@ -152,7 +152,8 @@ BEGIN
           JOIN pg_trigger g ON (d.classid = 'pg_class'::regclass AND g.tgrelid = d.objid)
                             OR (d.classid = 'pg_trigger'::regclass AND g.oid = d.objid)
          WHERE d.command_tag IN ('ALTER TABLE', 'ALTER TRIGGER')
-           AND g.tgfoid = 'outbox._move_trigger()'::regprocedure AND g.tgenabled <> 'A'
+           AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure, 'outbox._move_row_trigger()'::regprocedure)
+           AND g.tgenabled <> 'A'
          LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION 'the move trigger % on % must stay enabled ALWAYS while an organization moves',

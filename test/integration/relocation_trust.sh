@@ -13,7 +13,12 @@
 #     a partition attached while the move runs;
 #   - writers of two other tenants, one in each cell, and of the moving
 #     organization, each a process of its own, through the whole move:
-#     their longest waits.
+#     their longest waits;
+#   - a stale client after the move gets OBM01 naming the new cell for a
+#     write that names the moved organization: an INSERT or UPDATE whose
+#     foreign key refers to it (not 23503), an UPDATE or DELETE of its rows
+#     by organization or of the root by its key (not "0 rows"), while
+#     organization 2's writes go on.
 # Each check failed on 0.9.0 but the TRUNCATE of the parent, the INSERT
 # through the parent and the move completing (the other tenant's writer in
 # the source waited 469 ms: the export held the move's row FOR UPDATE,
@@ -120,5 +125,21 @@ check "another tenant's writer in the source never waits on the move for 200 ms"
     test "$(longest 2)" -lt 200
 check "  ... nor in the target" \
     test "$(longest 3)" -lt 200
+
+echo "A stale client writes to organization 1 in us after the move"
+check "an INSERT whose foreign key refers to organization 1: OBM01, not 23503" \
+    test "$(ON_USER=move_app state_of us "INSERT INTO project (organization_id, slug) VALUES (1, 'stale')")" = OBM01
+check "  ... and an UPDATE that moves a row into it" \
+    test "$(ON_USER=move_app state_of us "UPDATE project SET organization_id = 1 WHERE id = 721")" = OBM01
+check "an UPDATE of its rows by organization: OBM01, not 0 rows" \
+    test "$(ON_USER=move_app state_of us "UPDATE project SET slug = 'stale' WHERE organization_id = 1")" = OBM01
+check "a DELETE of its rows by organization: OBM01" \
+    test "$(ON_USER=move_app state_of us "DELETE FROM member WHERE organization_id = 1")" = OBM01
+check "  ... among others (IN), and with the key as a parameter" \
+    test "$(ON_USER=move_app state_of us "DELETE FROM member WHERE organization_id IN (1, 2) AND user_id = 0"):$(ON_USER=move_app on us -c "DO \$\$ BEGIN EXECUTE 'UPDATE dashboard SET default_widget_id = NULL WHERE organization_id = \$1' USING 1::bigint; RAISE NOTICE 'ok'; EXCEPTION WHEN OTHERS THEN RAISE NOTICE '%', SQLSTATE; END \$\$" 2>&1 | sed 's/.*NOTICE: *//')" = OBM01:OBM01
+check "an UPDATE of the root by its key: OBM01" \
+    test "$(ON_USER=move_app state_of us "UPDATE organization SET slug = 'stale' WHERE id = 1")" = OBM01
+check "organization 2's writes in us go on" \
+    test "$(ON_USER=move_app state_of us "UPDATE project SET slug = slug WHERE organization_id = 2"):$(ON_USER=move_app state_of us "DELETE FROM member WHERE organization_id = 2 AND user_id = 0"):$(ON_USER=move_app state_of us "INSERT INTO project (organization_id, slug) VALUES (2, 'fresh')")" = ok:ok:ok
 
 checks_done relocation_trust.sh

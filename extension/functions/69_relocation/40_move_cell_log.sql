@@ -107,6 +107,24 @@ $$;
 CREATE OR REPLACE FUNCTION outbox._move_trigger() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_trigger';
 
+-- A stale client's new row that refers to an organization this cell gave
+-- away: OBM01 before the foreign key's 23503 (move_trigger.cpp).  BEFORE
+-- INSERT OR UPDATE FOR EACH ROW on each table (leaf partitions included)
+-- that refers to the Organization scope's root, and on the root.
+CREATE OR REPLACE FUNCTION outbox._move_row_trigger() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_row_trigger';
+
+-- The move's triggers here: those of _move_trigger and _move_row_trigger.
+CREATE OR REPLACE FUNCTION outbox._move_triggers()
+RETURNS TABLE (tgname name, rel regclass)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT g.tgname, g.tgrelid::regclass FROM pg_trigger g
+     WHERE g.tgfoid IN ('outbox._move_trigger()'::regprocedure,
+                        'outbox._move_row_trigger()'::regprocedure)
+$$;
+
 -- Does a move this cell takes part in run (its triggers must stay)?
 CREATE OR REPLACE FUNCTION outbox._moving_here() RETURNS boolean
 LANGUAGE sql STABLE
@@ -131,8 +149,15 @@ DECLARE
     t record;
     args text;
     installed int := 0;
+    -- No root, no row check (the DDL guard calls this wherever move
+    -- triggers are, and a prepare has checked the root).
+    root text := (SELECT outbox._relocation_table_key(r.relid) FROM outbox.relocation_roots r
+                   WHERE r.scope = 'Organization');
 BEGIN
-    FOR t IN SELECT p.relid, m.model, m.pk, m.refs FROM outbox._move_tables() m
+    FOR t IN SELECT p.relid, m.model, m.pk, m.refs,
+                    coalesce(c.relkind = 'r' AND (m.model = root OR m.refs @> jsonb_build_array(
+                        jsonb_build_object('parent', root))), false) AS row_check
+               FROM outbox._move_tables() m
                CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
                JOIN pg_class c ON c.oid = p.relid
               WHERE c.relkind IN ('r', 'p') LOOP
@@ -157,6 +182,12 @@ BEGIN
                        ' ENABLE ALWAYS TRIGGER pg_outbox_move_delete,'
                        ' ENABLE ALWAYS TRIGGER pg_outbox_move_truncate',
                        t.relid, args);
+        IF t.row_check THEN
+            EXECUTE format('CREATE TRIGGER pg_outbox_move_row BEFORE INSERT OR UPDATE ON %1$s'
+                           ' FOR EACH ROW EXECUTE FUNCTION outbox._move_row_trigger(%2$s);'
+                           ' ALTER TABLE %1$s ENABLE ALWAYS TRIGGER pg_outbox_move_row',
+                           t.relid, args);
+        END IF;
         installed := installed + 1;
     END LOOP;
     RETURN installed;

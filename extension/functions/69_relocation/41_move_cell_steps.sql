@@ -445,8 +445,7 @@ BEGIN
     -- source that stays fenced for an organization it gave away.
     IF NOT outbox._moving_here() AND NOT EXISTS (
         SELECT FROM outbox.organization_moves o WHERE o.side = 'source' AND o.fenced) THEN
-        FOR t IN SELECT g.tgname, g.tgrelid::regclass AS rel FROM pg_trigger g
-                  WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure LOOP
+        FOR t IN SELECT * FROM outbox._move_triggers() LOOP
             EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
         END LOOP;
     END IF;

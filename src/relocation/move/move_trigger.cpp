@@ -22,6 +22,8 @@
 //
 // This file calls PostgreSQL directly and owns no C++ objects with
 // destructors: an ERROR may unwind through any of its frames.
+#include "relocation/move/move_trigger.hpp"
+
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "pg/transition_rows.hpp"
@@ -29,8 +31,13 @@
 #include "relocation/import/relocation_writing.hpp"
 
 extern "C" {
+#include "executor/executor.h"
+#include "nodes/params.h"
+#include "parser/parsetree.h"
+#include "storage/proc.h"
 #include "utils/array.h"
 #include "utils/datum.h"
+#include "utils/lsyscache.h"
 }
 
 using namespace pgoutbox;
@@ -243,7 +250,371 @@ void check_fence(const Move *move, Datum models, Datum keys) {
                  move->organization)));
 }
 
+// The organizations this cell gave away for good (a complete move whose
+// source is still fenced), read once per statement and transaction.
+struct GoneOrganizations {
+    LocalTransactionId lxid = InvalidLocalTransactionId;
+    TimestampTz statement = 0;
+    int n = 0;
+    int64 *organizations = nullptr; // TopTransactionContext
+    char **to_cells = nullptr;
+    char **roots = nullptr;
+};
+
+GoneOrganizations gone;
+
+const char *gone_sql =
+    "SELECT o.organization, o.to_cell, o.plan OPERATOR(pg_catalog.->>) 'root'"
+    " FROM outbox.organization_moves o WHERE o.side = 'source' AND o.state = 'complete'"
+    " AND o.fenced";
+
+void read_gone() {
+    if (gone.lxid == MyProc->lxid && gone.statement == GetCurrentStatementStartTimestamp())
+        return;
+    static SPIPlanPtr plan = nullptr;
+    uint64 n = run_as_owner(&plan, "looking for moved organizations", gone_sql, 0, nullptr, nullptr,
+                            SPI_OK_SELECT);
+    MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
+    gone.organizations = (int64 *)palloc(sizeof(int64) * (n + 1));
+    gone.to_cells = (char **)palloc(sizeof(char *) * (n + 1));
+    gone.roots = (char **)palloc(sizeof(char *) * (n + 1));
+    for (uint64 i = 0; i < n; i++) {
+        HeapTuple row = SPI_tuptable->vals[i];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        gone.organizations[i] = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+        char *to_cell = SPI_getvalue(row, desc, 2);
+        char *root = SPI_getvalue(row, desc, 3);
+        gone.to_cells[i] = pstrdup(to_cell ? to_cell : "");
+        gone.roots[i] = pstrdup(root ? root : "");
+    }
+    MemoryContextSwitchTo(old);
+    SPI_finish();
+    gone.n = (int)n;
+    gone.lxid = MyProc->lxid;
+    gone.statement = GetCurrentStatementStartTimestamp();
+}
+
+// Refuses (OBM01) a new row whose column refers to an organization this
+// cell gave away, when column refers to that move's root table.
+void refuse_gone_reference(Relation rel, HeapTuple tuple, const char *column, const char *parent) {
+    for (int g = 0; g < gone.n; g++) {
+        if (strcmp(gone.roots[g], parent) != 0)
+            continue;
+        Oid type;
+        AttrNumber attnum = integer_column(rel, column, &type);
+        bool isnull;
+        Datum value = heap_getattr(tuple, attnum, RelationGetDescr(rel), &isnull);
+        if (isnull || integer_datum(value, type) != gone.organizations[g])
+            continue;
+        ereport(ERROR,
+                (errcode(MAKE_SQLSTATE('O', 'B', 'M', '0', '1')),
+                 errmsg("organization " INT64_FORMAT " has moved to cell %s", gone.organizations[g],
+                        gone.to_cells[g]),
+                 errdetail("The new row of %s refers to it (column %s).",
+                           RelationGetRelationName(rel), column),
+                 errhint("Send the organization's requests to cell %s "
+                         "(outbox.organization_cell(" INT64_FORMAT ") on control) and try again.",
+                         gone.to_cells[g], gone.organizations[g])));
+    }
+}
+
+// The first organization this cell gave away for good whose root is root
+// and whose key is one of values (n of them); -1 if none.
+int gone_among(const char *root, const int64 *values, int n, int64 *hit) {
+    for (int g = 0; g < gone.n; g++) {
+        if (strcmp(gone.roots[g], root) != 0)
+            continue;
+        for (int i = 0; i < n; i++)
+            if (values[i] == gone.organizations[g]) {
+                *hit = values[i];
+                return g;
+            }
+    }
+    return -1;
+}
+
+// The integer keys a WHERE clause compares column attnum of range table
+// entry rti with (=, IN, = ANY of a constant array), under AND and OR
+// only: a statement that names an organization this way targets its rows.
+struct Named {
+    int n = 0, size = 0;
+    int64 *values = nullptr;
+};
+
+void add_named(Named *named, int64 value) {
+    if (named->n == named->size) {
+        named->size = Max(named->size * 2, 8);
+        named->values = named->values
+                            ? (int64 *)repalloc(named->values, sizeof(int64) * named->size)
+                            : (int64 *)palloc(sizeof(int64) * named->size);
+    }
+    named->values[named->n++] = value;
+}
+
+bool is_integer_type(Oid type) {
+    return type == INT2OID || type == INT4OID || type == INT8OID;
+}
+
+bool is_column(Node *node, Index rti, AttrNumber attnum) {
+    while (node != nullptr && IsA(node, RelabelType))
+        node = (Node *)((RelabelType *)node)->arg;
+    return node != nullptr && IsA(node, Var) && ((Var *)node)->varno == (int)rti &&
+           ((Var *)node)->varattno == attnum && ((Var *)node)->varlevelsup == 0;
+}
+
+// A constant or a parameter's value, if an integer.
+bool integer_value(Node *node, ParamListInfo params, int64 *value) {
+    while (node != nullptr && IsA(node, RelabelType))
+        node = (Node *)((RelabelType *)node)->arg;
+    if (node == nullptr)
+        return false;
+    if (IsA(node, Const)) {
+        auto *c = (Const *)node;
+        if (c->constisnull || !is_integer_type(c->consttype))
+            return false;
+        *value = integer_datum(c->constvalue, c->consttype);
+        return true;
+    }
+    if (IsA(node, Param) && ((Param *)node)->paramkind == PARAM_EXTERN && params != nullptr) {
+        int id = ((Param *)node)->paramid;
+        if (id < 1 || id > params->numParams)
+            return false;
+        ParamExternData workspace;
+        ParamExternData *p = params->paramFetch != nullptr
+                                 ? params->paramFetch(params, id, false, &workspace)
+                                 : &params->params[id - 1];
+        if (p == nullptr || p->isnull || !is_integer_type(p->ptype))
+            return false;
+        *value = integer_datum(p->value, p->ptype);
+        return true;
+    }
+    return false;
+}
+
+bool is_equality(Oid opno) {
+    char *name = get_opname(opno);
+    return name != nullptr && strcmp(name, "=") == 0;
+}
+
+void named_in(Node *qual, Index rti, AttrNumber attnum, ParamListInfo params, Named *named) {
+    if (qual == nullptr)
+        return;
+    if (IsA(qual, List)) {
+        ListCell *lc;
+        foreach (lc, (List *)qual)
+            named_in((Node *)lfirst(lc), rti, attnum, params, named);
+    } else if (IsA(qual, BoolExpr) && ((BoolExpr *)qual)->boolop != NOT_EXPR) {
+        named_in((Node *)((BoolExpr *)qual)->args, rti, attnum, params, named);
+    } else if (IsA(qual, OpExpr) && list_length(((OpExpr *)qual)->args) == 2 &&
+               is_equality(((OpExpr *)qual)->opno)) {
+        Node *left = (Node *)linitial(((OpExpr *)qual)->args);
+        Node *right = (Node *)lsecond(((OpExpr *)qual)->args);
+        int64 value;
+        if ((is_column(left, rti, attnum) && integer_value(right, params, &value)) ||
+            (is_column(right, rti, attnum) && integer_value(left, params, &value)))
+            add_named(named, value);
+    } else if (IsA(qual, ScalarArrayOpExpr) && ((ScalarArrayOpExpr *)qual)->useOr &&
+               is_equality(((ScalarArrayOpExpr *)qual)->opno)) {
+        auto *saop = (ScalarArrayOpExpr *)qual;
+        Node *array = (Node *)lsecond(saop->args);
+        if (!is_column((Node *)linitial(saop->args), rti, attnum) || !IsA(array, Const) ||
+            ((Const *)array)->constisnull)
+            return;
+        ArrayType *a = DatumGetArrayTypeP(((Const *)array)->constvalue);
+        Oid type = ARR_ELEMTYPE(a);
+        if (!is_integer_type(type))
+            return;
+        int16 typlen;
+        bool typbyval;
+        char typalign;
+        get_typlenbyvalalign(type, &typlen, &typbyval, &typalign);
+        Datum *items;
+        bool *nulls;
+        int n;
+        deconstruct_array(a, type, typlen, typbyval, typalign, &items, &nulls, &n);
+        for (int i = 0; i < n; i++)
+            if (!nulls[i])
+                add_named(named, integer_datum(items[i], type));
+    }
+}
+
+// The scans of range table entry rti in plan (a statement's), and the
+// conditions each applies to its rows.
+void scan_quals(Plan *plan, Index rti, List **quals) {
+    if (plan == nullptr)
+        return;
+    switch (nodeTag(plan)) {
+    case T_SeqScan:
+    case T_SampleScan:
+    case T_TidScan:
+    case T_TidRangeScan:
+        if (((Scan *)plan)->scanrelid == rti)
+            *quals = lappend(*quals, plan->qual);
+        break;
+    case T_IndexScan:
+        if (((Scan *)plan)->scanrelid == rti)
+            *quals = lappend(lappend(*quals, plan->qual), ((IndexScan *)plan)->indexqualorig);
+        break;
+    case T_BitmapHeapScan:
+        if (((Scan *)plan)->scanrelid == rti)
+            *quals = lappend(lappend(*quals, plan->qual), ((BitmapHeapScan *)plan)->bitmapqualorig);
+        break;
+    case T_Append: {
+        ListCell *lc;
+        foreach (lc, ((Append *)plan)->appendplans)
+            scan_quals((Plan *)lfirst(lc), rti, quals);
+        break;
+    }
+    case T_MergeAppend: {
+        ListCell *lc;
+        foreach (lc, ((MergeAppend *)plan)->mergeplans)
+            scan_quals((Plan *)lfirst(lc), rti, quals);
+        break;
+    }
+    case T_SubqueryScan:
+        scan_quals(((SubqueryScan *)plan)->subplan, rti, quals);
+        break;
+    default:
+        break;
+    }
+    scan_quals(plan->lefttree, rti, quals);
+    scan_quals(plan->righttree, rti, quals);
+}
+
+// The arguments of relid's move statement trigger called name, copied
+// (the relation cache may rebuild its entry at any later lookup); 0 if it
+// has none.
+int move_trigger_args(Oid relid, const char *name, char ***args) {
+    Relation rel = RelationIdGetRelation(relid);
+    if (rel == nullptr)
+        return 0;
+    int nargs = 0;
+    for (int i = 0; rel->trigdesc != nullptr && i < rel->trigdesc->numtriggers; i++) {
+        const Trigger *t = &rel->trigdesc->triggers[i];
+        if (strcmp(t->tgname, name) != 0 || t->tgnargs < 2 || t->tgnargs % 2 != 0)
+            continue;
+        char *proname = get_func_name(t->tgfoid);
+        Oid nsp = get_func_namespace(t->tgfoid);
+        char *nspname = OidIsValid(nsp) ? get_namespace_name(nsp) : nullptr;
+        if (proname == nullptr || nspname == nullptr || strcmp(proname, "_move_trigger") != 0 ||
+            strcmp(nspname, "outbox") != 0)
+            continue;
+        nargs = t->tgnargs;
+        *args = (char **)palloc(sizeof(char *) * nargs);
+        for (int a = 0; a < nargs; a++)
+            (*args)[a] = pstrdup(t->tgargs[a]);
+        break;
+    }
+    RelationClose(rel);
+    return nargs;
+}
+
+// Refuses (OBM01) an UPDATE or DELETE of a table with the move's triggers
+// whose WHERE clause names, by the root's key or by a column that refers
+// to the root, an organization this cell gave away: it matches none of the
+// organization's rows here (they left with it), and a stale client would
+// take "0 rows" for an answer (issue 44).
+void refuse_stale_statement(QueryDesc *query) {
+    PlannedStmt *stmt = query->plannedstmt;
+    if ((stmt->commandType != CMD_UPDATE && stmt->commandType != CMD_DELETE) ||
+        stmt->resultRelations == NIL || relocation_writing)
+        return;
+    const char *name =
+        stmt->commandType == CMD_UPDATE ? "pg_outbox_move_update" : "pg_outbox_move_delete";
+    ListCell *lc;
+    foreach (lc, stmt->resultRelations) {
+        Index rti = (Index)lfirst_int(lc);
+        RangeTblEntry *rte = rt_fetch(rti, stmt->rtable);
+        if (rte->rtekind != RTE_RELATION)
+            continue;
+        char **args = nullptr;
+        int nargs = move_trigger_args(rte->relid, name, &args);
+        if (nargs == 0)
+            continue;
+        List *quals = NIL;
+        scan_quals(stmt->planTree, rti, &quals);
+        if (quals == NIL)
+            continue;
+        // The root's key names its organization; a reference, its parent's.
+        for (int i = 0; i < nargs; i += 2) {
+            const char *column = i == 0 ? args[1] : args[i];
+            const char *parent = i == 0 ? args[0] : args[i + 1];
+            AttrNumber attnum = get_attnum(rte->relid, column);
+            if (attnum == InvalidAttrNumber)
+                continue;
+            Named named;
+            named_in((Node *)quals, rti, attnum, query->params, &named);
+            if (named.n == 0)
+                continue;
+            read_gone();
+            int64 hit;
+            int g = gone_among(parent, named.values, named.n, &hit);
+            if (g < 0)
+                continue;
+            ereport(ERROR,
+                    (errcode(MAKE_SQLSTATE('O', 'B', 'M', '0', '1')),
+                     errmsg("organization " INT64_FORMAT " has moved to cell %s", hit,
+                            gone.to_cells[g]),
+                     errdetail("The statement names it (%s.%s = " INT64_FORMAT
+                               "); this cell holds none of its rows.",
+                               get_rel_name(rte->relid), column, hit),
+                     errhint("Send the organization's requests to cell %s "
+                             "(outbox.organization_cell(" INT64_FORMAT ") on control) and try "
+                             "again.",
+                             gone.to_cells[g], hit)));
+        }
+    }
+}
+
+ExecutorStart_hook_type previous_executor_start = nullptr;
+
+void stale_statement_check(QueryDesc *query, int eflags) {
+    if ((eflags & EXEC_FLAG_EXPLAIN_ONLY) == 0)
+        refuse_stale_statement(query);
+    if (previous_executor_start != nullptr)
+        previous_executor_start(query, eflags);
+    else
+        standard_ExecutorStart(query, eflags);
+}
+
 } // namespace
+
+void pgoutbox::relocation::install_stale_statement_check() {
+    previous_executor_start = ExecutorStart_hook;
+    ExecutorStart_hook = stale_statement_check;
+}
+
+// outbox._move_row_trigger(): BEFORE INSERT OR UPDATE FOR EACH ROW, on the
+// Organization-scoped tables that refer to the scope's root and on the root
+// itself, with the statement trigger's arguments.  A stale client's new row
+// that refers to an organization this cell gave away gets OBM01 naming its
+// new cell, before the foreign key check fails with 23503 (issue 44): the
+// statement trigger fires after the foreign key's.
+OUTBOX_FUNCTION(outbox__move_row_trigger) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR,
+                (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                 errmsg("outbox._move_row_trigger() was not called by the trigger manager")));
+    auto *td = (TriggerData *)fcinfo->context;
+    Trigger *trigger = td->tg_trigger;
+    if (!TRIGGER_FIRED_FOR_ROW(td->tg_event) || !TRIGGER_FIRED_BEFORE(td->tg_event) ||
+        TRIGGER_FIRED_BY_DELETE(td->tg_event) || trigger->tgnargs < 2 || trigger->tgnargs % 2 != 0)
+        ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                        errmsg("outbox._move_row_trigger() must be a BEFORE INSERT OR UPDATE row "
+                               "trigger with a table key, a primary key and pairs of references")));
+    HeapTuple tuple = TRIGGER_FIRED_BY_UPDATE(td->tg_event) ? td->tg_newtuple : td->tg_trigtuple;
+    if (relocation_writing)
+        return PointerGetDatum(tuple);
+    read_gone();
+    if (gone.n == 0)
+        return PointerGetDatum(tuple);
+    Relation rel = td->tg_relation;
+    refuse_gone_reference(rel, tuple, trigger->tgargs[1], trigger->tgargs[0]);
+    for (int i = 2; i + 1 < trigger->tgnargs; i += 2)
+        refuse_gone_reference(rel, tuple, trigger->tgargs[i], trigger->tgargs[i + 1]);
+    return PointerGetDatum(tuple);
+}
 
 OUTBOX_FUNCTION(outbox__move_trigger) {
     if (!CALLED_AS_TRIGGER(fcinfo))
