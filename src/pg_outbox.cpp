@@ -7,6 +7,7 @@
 #include "relocation/move/move_trigger.hpp"
 #include "delivery/compaction.hpp"
 #include "delivery/delivery.hpp"
+#include "pg/executor_depth.hpp"
 #include "pg/run_as.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
@@ -244,6 +245,7 @@ void _PG_init(void) {
     MarkGUCPrefixReserved("outbox");
     install_drop_hook();
     relocation::install_stale_statement_check();
+    pg::install_executor_depth();
     if (process_shared_preload_libraries_in_progress) {
         previous_shmem_request = shmem_request_hook;
         shmem_request_hook = request_shmem;

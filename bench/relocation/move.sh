@@ -7,8 +7,9 @@
 # control, us and eu; us holds two organizations of about 100,000 rows each
 # (test/harness/organization_*.sql).  The online move takes organization 1
 # while test/harness/move_writer.py writes to it at RATE writes a second
-# (200), routing by outbox.organization_cell(); the cold way takes
-# organization 2.
+# (200), routing by outbox.organization_cell(), and organization 2's
+# writer, another tenant of us, writes beside it at the same rate; the
+# cold way then takes organization 2.
 #
 #   bash bench/relocation/move.sh        # RUNS=1 RATE=200
 # Prints a Markdown table and writes it to bench/relocation/move-results.md.
@@ -18,7 +19,8 @@ MOVE_ROOT=$root
 source "$root/test/harness/move_cells.sh"
 RUNS=${RUNS:-1}
 RATE=${RATE:-200}
-trap move_cells_stop EXIT
+writers=
+trap 'kill $writers 2>/dev/null; move_cells_stop' EXIT
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -33,9 +35,14 @@ for run in $(seq "$RUNS"); do
     rows_1=$(on us -c "$(rows_of 1)")
     rows_2=$(on us -c "$(rows_of 2)")
 
-    # Online: organization 1 under RATE writes a second (to its project 2).
-    rm -f "$work/stop" "$work/writes"
-    start_writer 1:2 "$RATE"
+    # Online: organization 1 under RATE writes a second (to its project 2),
+    # and organization 2, another tenant of us, under as many from a
+    # process of its own: each write's wait in $work/latency.
+    rm -f "$work/stop" "$work/writes" "$work/latency"
+    LATENCY=$work/latency start_writer 1:2 "$RATE"
+    writer_1=$writer
+    LATENCY=$work/latency start_writer "2:$(on us -c "SELECT min(id) FROM project WHERE organization_id = 2")" "$RATE"
+    writers="$writer_1 $writer"
     sleep 3
     start=$(now_ms)
     relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
@@ -53,8 +60,13 @@ for run in $(seq "$RUNS"); do
     steps=$(awk -v t0="$start" '{if ($2 != last) {if (last != "") printf "%s %d ms, ", last, $1 - from; last = $2; from = $1}}' "$work/steps")
     sleep 2
     touch "$work/stop"
-    wait "$writer"
+    wait $writers
     writer=
+    longest() { awk -v org="$1" '$1 == org && $2 > m { m = $2 } END { printf "%d", m * 1000 }' "$work/latency"; }
+    wait_1=$(longest 1)
+    wait_2=$(longest 2)
+    # Organization 2's writes in us before the cold way takes it.
+    on us -c "DELETE FROM event WHERE message LIKE 'w2-%'" >/dev/null
     pause_ms=$(on control -c "SELECT round(extract(epoch FROM write_pause) * 1000) FROM outbox.relocations WHERE relocation = '$relocation'")
     copy_done_ms=$(on control -c "SELECT round(extract(epoch FROM fenced_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
     switched_ms=$(on control -c "SELECT round(extract(epoch FROM lifted_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
@@ -78,7 +90,7 @@ for run in $(seq "$RUNS"); do
     cold_ms=$(($(now_ms) - start))
 
     echo "$steps" >"$work/steps_$run"
-    echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms" >>"$work/runs"
+    echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms $wait_1 $wait_2" >>"$work/runs"
     cells_stop
     rm -f "$work/env"
 done
@@ -87,6 +99,7 @@ read -r rows_1 rows_2 _ <"$work/runs"
 col() { awk -v c="$1" '{print $c}' "$work/runs" | median; }
 online=$(col 3) pause=$(col 4) copied=$(col 5) lag=$(col 6) writes=$(col 7) retry=$(col 8) missing=$(col 9)
 export_ms=$(col 10) load=$(col 11) import=$(col 12) cold=$(col 13) switched=$(col 14)
+wait_1=$(col 15) wait_2=$(col 16)
 version=$(awk -F"'" '/default_version/ {print $2}' "$root/extension/pg_outbox.control")
 machine="$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $("$PG_BIN/postgres" --version | awk '{print "PostgreSQL " $3}') | pg_outbox $version"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
@@ -104,6 +117,8 @@ Three clusters on this machine (control, us, eu). Organization 1 ($rows_1 rows o
 | start to the move complete (the organization's rows deleted from us) | $online ms | | |
 | largest catch-up lag seen (changes left to apply) | $lag | | |
 | client writes acknowledged during the run | $writes, $missing missing in eu | none (stopped) | |
+| longest wait of one write, the moving organization's writer (from its first try to its commit, refusals included) | $wait_1 ms | its writes stopped for $cold ms | $(ratio "$wait_1" "$cold") |
+| longest wait of one write, another organization's writer in us (a process of its own, $RATE writes a second) | $wait_2 ms | | |
 | cold phases | | export $export_ms ms, load $load ms, import $import ms | |
 
 Steps of the online move (last run, as control's relocations view showed them every 0.1 s): $(cat "$work/steps_$RUNS")

@@ -114,14 +114,14 @@ TriggerData *trigger_data(FunctionCallInfo fcinfo, const char *function) {
 
 using namespace pgoutbox;
 
-bool pgoutbox::capture_suppressed = false;
+int pgoutbox::capture_suppressed_depth = 0;
 
 OUTBOX_FUNCTION(outbox_capture_row) {
     TriggerData *td = trigger_data(fcinfo, "outbox.capture_row()");
     if (!TRIGGER_FIRED_AFTER(td->tg_event) || !TRIGGER_FIRED_FOR_ROW(td->tg_event))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox.capture_row() must be an AFTER ... FOR EACH ROW trigger")));
-    if (capture_suppressed)
+    if (capture_suppressed())
         return PointerGetDatum(nullptr);
     const TableMeta *meta = table_meta_get(td->tg_relation);
     if (!meta->registered)
@@ -158,7 +158,7 @@ OUTBOX_FUNCTION(outbox_capture_statement) {
     if (rows == nullptr || (update && td->tg_oldtable == nullptr))
         ereport(ERROR, (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
                         errmsg("outbox.capture_statement() needs its transition tables")));
-    if (tuplestore_tuple_count(rows) == 0 || capture_suppressed)
+    if (tuplestore_tuple_count(rows) == 0 || capture_suppressed())
         return PointerGetDatum(nullptr);
     Relation rel = td->tg_relation;
     const TableMeta *meta = table_meta_get(rel);

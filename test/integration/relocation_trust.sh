@@ -11,6 +11,14 @@
 #     reaches the target, an INSERT in the fenced target and a TRUNCATE of
 #     a partition are refused as through the parent; so are writes through
 #     a partition attached while the move runs;
+#   - the source's application role giving a row of the moving
+#     organization the key of another organization's member in the target:
+#     the catch-up refuses to overwrite it (the move waits, saying why),
+#     and goes on once the row is gone from the source;
+#   - a table owner's trigger in the target, fired by the move's own
+#     import, renaming another organization: captured, control hears of it;
+#   - a compromised target answering a fork's import with the source's
+#     root: control refuses it and organization 2 stays where it lives;
 #   - writers of two other tenants, one in each cell, and of the moving
 #     organization, each a process of its own, through the whole move:
 #     their longest waits;
@@ -71,10 +79,23 @@ for orgs in 1:2 2:721 3:$eu_project; do
     writers="$writers $writer"
 done
 writer=
+# The table owner's trigger in eu, fired by the move's own writes (the
+# import of organization 1's members), renames organization 3: a change
+# of another organization's row, which capture must tell control of.
+on eu >/dev/null <<'SQL'
+CREATE FUNCTION public.touch_organization_3() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    UPDATE public.organization SET slug = 'touched by a move' WHERE id = 3;
+    RETURN NULL;
+END $$;
+CREATE TRIGGER touch_organization_3 AFTER INSERT ON member
+    FOR EACH STATEMENT EXECUTE FUNCTION public.touch_organization_3();
+SQL
 sleep 2
 relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
 check "the move holds at its catch-up, before its fence" \
-    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation'" "paused catch_up"
+    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation'" "paused catch_up" \
+    || on control -c "SELECT error FROM outbox.relocations WHERE relocation = '$relocation'" >&2
 on control -c "DROP TRIGGER hold_at_catch_up ON outbox.organization_moves" >/dev/null
 record() { # ROLE RELOCATION: what control answers that role about a move
     ON_USER=$1 on control -c "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$2\"}')->>'organization'" 2>&1
@@ -106,13 +127,31 @@ check "TRUNCATE of the parent is refused in the source while it moves" \
     test "$(state_of us "TRUNCATE event")" != ok
 check "  ... and of a partition too" \
     test "$(state_of us "TRUNCATE event_2")" != ok
+# The source's application role gives a new member of organization 1 the
+# key of organization 3's member in eu (on 0.9.0 the catch-up's upsert took
+# that member over, without an outbox row).  (A captured table's row with
+# that key would also reach control from us, which refuses it: the object
+# lives in eu, issue 46.)
+eu_member=$(on eu -c "INSERT INTO member (organization_id, user_id) VALUES (3, 7) RETURNING id")
+check "the source's application role writes a member of organization 1 with the key of organization 3's member in eu" \
+    test "$(ON_USER=move_app state_of us "INSERT INTO member (id, organization_id, user_id) VALUES ($eu_member, 1, 666)")" = ok
 on control -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
+check "the catch-up refuses to overwrite organization 3's member, and says so" \
+    wait_on control 60 "SELECT error LIKE '%would overwrite row $eu_member of %' FROM outbox.relocations WHERE relocation = '$relocation'" t
+check "  ... which is still organization 3's in eu" \
+    test "$(on eu -c "SELECT organization_id || ' ' || user_id FROM member WHERE id = $eu_member")" = "3 7"
+# The row goes in the source: the move goes on.
+ON_USER=move_app on us -c "DELETE FROM member WHERE id = $eu_member" >/dev/null
 check "the move completes" \
     wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
 check "the UPDATE made through the partition is in eu" \
     test "$(on eu -c "SELECT message FROM event WHERE id = 1")" = "through a partition"
 check "  ... and is in eu after the move" \
     test "$(on eu -c "SELECT message FROM event WHERE id = 100000002")" = "late partition"
+check "the trigger's rename of organization 3, fired by the move's import, reached control" \
+    wait_on control 60 "SELECT count(*) > 0 FROM applied WHERE object = 3 AND payload->>'slug' = 'touched by a move'" t
+check "organization 3's member is still its own in eu" \
+    test "$(on eu -c "SELECT organization_id || ' ' || user_id FROM member WHERE id = $eu_member")" = "3 7"
 sleep 2
 touch "$work/stop"
 wait $writers
@@ -141,5 +180,26 @@ check "an UPDATE of the root by its key: OBM01" \
     test "$(ON_USER=move_app state_of us "UPDATE organization SET slug = 'stale' WHERE id = 1")" = OBM01
 check "organization 2's writes in us go on" \
     test "$(ON_USER=move_app state_of us "UPDATE project SET slug = slug WHERE organization_id = 2"):$(ON_USER=move_app state_of us "DELETE FROM member WHERE organization_id = 2 AND user_id = 0"):$(ON_USER=move_app state_of us "INSERT INTO project (organization_id, slug) VALUES (2, 'fresh')")" = ok:ok:ok
+
+echo "A compromised target answers a fork's import with the source's root"
+on eu >/dev/null <<'SQL'
+ALTER FUNCTION outbox.relocation_peer(int, text, jsonb) RENAME TO relocation_peer_honest;
+CREATE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb) RETURNS jsonb
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+    answer jsonb := outbox.relocation_peer_honest(protocol, operation, argument);
+BEGIN
+    IF operation = 'import' AND NOT (answer->>'more')::boolean THEN
+        answer := answer || '{"root": 2}';
+    END IF;
+    RETURN answer;
+END $$;
+GRANT EXECUTE ON FUNCTION outbox.relocation_peer(int, text, jsonb) TO outbox_link_control;
+SQL
+fork=$(on control -c "SELECT outbox.relocate_organization(2, 'eu', 'fork')")
+check "control refuses the answer: root 2 is no new organization" \
+    wait_on control 120 "SELECT error LIKE '%no new organization%' FROM outbox.relocations WHERE relocation = '$fork'" t
+check "  ... and organization 2 still lives in us" \
+    test "$(on control -c "SELECT outbox.organization_cell(2)")" = us
 
 checks_done relocation_trust.sh

@@ -265,6 +265,7 @@ AS $$
 DECLARE
     st outbox.relocation_state;
     found_taken record;
+    outsider text;
 BEGIN
     SELECT * INTO st FROM outbox.relocation_state s WHERE s.relocation = mv.relocation;
     IF NOT FOUND AND mv.mode = 'fork' THEN
@@ -276,6 +277,15 @@ BEGIN
         PERFORM outbox._import_begin(mv.relocation, 'Organization', NULL);
         UPDATE outbox.relocation_state s SET keys = 'kept' WHERE s.relocation = mv.relocation
         RETURNING * INTO st;
+        -- A move writes only this cell's Organization-scoped tables, whatever
+        -- the export it was sent names (issue 44).
+        SELECT e.value->>'model' INTO outsider FROM jsonb_array_elements(st.plan) e
+         WHERE (e.value->>'relid')::oid NOT IN (SELECT m.relid FROM outbox._move_tables() m)
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'relocation %: the export names table %, which is not Organization-scoped in this cell',
+                mv.relocation, outsider USING ERRCODE = 'insufficient_privilege';
+        END IF;
         -- Checked before the copy (step check); again here, for rows the
         -- target wrote since.
         SELECT * INTO found_taken FROM outbox._move_taken(coalesce((
@@ -323,7 +333,14 @@ DECLARE
     cols text[];
     deferred text[];
     applied int := 0;
+    outsider text;
 BEGIN
+    -- The source's word is not taken for whose rows these are (issue 44):
+    -- a changed row is written only when it is the organization's by the
+    -- export's rule (its root, or a reference leading to a row of the
+    -- move here, parents first), and never over a row of this cell that is
+    -- not the move's (another organization's, whose key a writer in the
+    -- source took: the move fails, naming the row).
     FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
                   ORDER BY e.n LOOP
         rows_to_write := ARRAY(SELECT c->'fields' || jsonb_build_object(entry->>'pk', c->'pk')
@@ -331,6 +348,37 @@ BEGIN
                                 WHERE c->>'model' = entry->>'model'
                                   AND jsonb_typeof(c->'fields') = 'object');
         CONTINUE WHEN cardinality(rows_to_write) = 0;
+        SELECT w->>(entry->>'pk') INTO outsider FROM unnest(rows_to_write) w
+         WHERE NOT (entry->>'model' = mv.plan->>'root'
+                    AND (w->>(entry->>'pk'))::bigint = mv.organization)
+           AND NOT EXISTS (
+               SELECT FROM jsonb_array_elements(entry->'refs') x
+                 JOIN outbox.move_members mm
+                   ON mm.relocation = mv.relocation AND mm.model = x.value->>'parent' AND mm.present
+                  AND mm.pk = (w->>(x.value->>'column'))::bigint
+                WHERE x.value->>'kind' = 'map' AND NOT (x.value->>'deferred')::boolean)
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'relocation %: row % of % in the catch-up is not organization %''s',
+                mv.relocation, outsider, entry->>'model', mv.organization
+                USING ERRCODE = 'insufficient_privilege';
+        END IF;
+        SELECT k #>> '{}' INTO outsider
+          FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
+                   format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
+                          ' (j OPERATOR(pg_catalog.->>) %L)::bigint FROM pg_catalog.unnest($1) j)',
+                          entry->>'pk', entry->>'qualified', entry->>'pk', entry->>'pk'),
+                   rows_to_write)) k
+         WHERE NOT EXISTS (SELECT FROM outbox.move_members mm
+                            WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                              AND mm.pk = (k #>> '{}')::bigint)
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'relocation %: the catch-up would overwrite row % of %, which is not organization %''s',
+                mv.relocation, outsider, entry->>'model', mv.organization
+                USING ERRCODE = 'unique_violation',
+                      HINT = 'A writer in the source gave a row of the organization a key this cell uses: remove that row in the source, or cancel the move.';
+        END IF;
         deferred := outbox._relocation_deferred(entry);
         cols := ARRAY(SELECT jsonb_array_elements_text(entry->'columns') EXCEPT SELECT unnest(deferred));
         applied := applied + cardinality(outbox._run_as_table_owner_uncaptured(
@@ -374,9 +422,15 @@ BEGIN
     END LOOP;
     FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
                   ORDER BY e.n DESC LOOP
+        -- Only the move's own rows are deleted; another key is not the
+        -- organization's here, and is left alone.
         rows_to_write := ARRAY(SELECT c->'pk' FROM jsonb_array_elements(changes) c
                                 WHERE c->>'model' = entry->>'model'
-                                  AND jsonb_typeof(c->'fields') IS DISTINCT FROM 'object');
+                                  AND jsonb_typeof(c->'fields') IS DISTINCT FROM 'object'
+                                  AND EXISTS (SELECT FROM outbox.move_members mm
+                                               WHERE mm.relocation = mv.relocation
+                                                 AND mm.model = entry->>'model' AND mm.present
+                                                 AND mm.pk = (c->>'pk')::bigint));
         CONTINUE WHEN cardinality(rows_to_write) = 0;
         applied := applied + outbox._move_delete_rows(entry, rows_to_write);
         UPDATE outbox.move_members mm SET present = false

@@ -282,10 +282,21 @@ BEGIN
         ELSE
             -- A fork is a new organization, in the target, under the key
             -- the import gave its root; the source keeps the original.
+            -- The target's word names a new organization only: one control
+            -- places already (the source's, or any other) is refused, as
+            -- control's records say (issue 44: a compromised target
+            -- answered with the source's root, and control routed it
+            -- there).  A step tried again never finds its own row: it
+            -- rolled back with the step.
+            IF jsonb_typeof(answer->'root') IS DISTINCT FROM 'number' OR EXISTS (
+                SELECT FROM outbox.organization_cells o
+                 WHERE o.organization = (answer->>'root')::bigint) THEN
+                RAISE EXCEPTION 'relocation %: cell % answered the fork''s import with root %, which is no new organization',
+                    mv.relocation, mv.to_cell, coalesce(answer->>'root', 'null')
+                    USING ERRCODE = 'protocol_violation';
+            END IF;
             INSERT INTO outbox.organization_cells (organization, cell)
-            VALUES ((answer->>'root')::bigint, mv.to_cell)
-            ON CONFLICT ON CONSTRAINT organization_cells_pkey
-                DO UPDATE SET cell = excluded.cell, updated_at = now();
+            VALUES ((answer->>'root')::bigint, mv.to_cell);
             PERFORM outbox._move_call(mv, mv.from_cell, 'finish');
             UPDATE outbox.organization_moves o
                SET state = 'complete', step = 'done', rows_done = mv.rows_done,

@@ -14,8 +14,9 @@
 // While its statement runs, relocation_writing is true: the fence of a move
 // (relocation/move/move_trigger.cpp) lets the relocation's own writes through,
 // and nobody else's.  With uncaptured (the step of a move that
-// removes the organization from the cell it left), the statement's
-// changes write no outbox row (capture/uncaptured.hpp).
+// removes the organization from the cell it left, and a move's import and
+// catch-up), the statement's own changes write no outbox row; what its
+// triggers write from inside it does (capture/uncaptured.hpp).
 //
 // Written without C++ objects that own resources: errors unwind through it
 // freely.
@@ -61,9 +62,11 @@ Datum run_as_table_owner(FunctionCallInfo fcinfo, bool uncaptured) {
     Datum values[1] = {rows};
     // Restored however the statement ends: it runs inside the callers'
     // subtransactions, whose errors may be caught.
-    bool was_writing = relocation_writing, was_uncaptured = capture_suppressed;
+    bool was_writing = relocation_writing;
+    int was_uncaptured = capture_suppressed_depth;
     relocation_writing = true;
-    capture_suppressed = uncaptured;
+    // The statement's own executor, one inside this one's.
+    capture_suppressed_depth = uncaptured ? pg::executor_depth() + 1 : 0;
     PG_TRY();
     {
         pg::spi_run_as(
@@ -87,7 +90,7 @@ Datum run_as_table_owner(FunctionCallInfo fcinfo, bool uncaptured) {
     PG_FINALLY();
     {
         relocation_writing = was_writing;
-        capture_suppressed = was_uncaptured;
+        capture_suppressed_depth = was_uncaptured;
     }
     PG_END_TRY();
     table_close(rel, NoLock);
