@@ -252,5 +252,6 @@ void _PG_init(void) {
         previous_shmem_startup = shmem_startup_hook;
         shmem_startup_hook = startup_shmem;
         register_worker();
+        register_mover();
     }
 }

@@ -56,7 +56,10 @@ GRANT SELECT ON outbox.organization_cells TO pg_monitor;
 GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill_status(),
     outbox._backfill_throttled(), outbox._stats(),
     outbox._stats_untracked(), outbox._worker_status(), outbox._prometheus_label(text),
-    outbox.metrics(), outbox._foreign_keys(), outbox._tables_failing(text) TO pg_monitor;
+    outbox.metrics(), outbox._foreign_keys(), outbox._tables_failing(text),
+    outbox._metric_families(), outbox._metrics_stats(boolean), outbox._metrics_depth(),
+    outbox._metrics_backfill_and_cascade(), outbox._metrics_worker(outbox.worker_status),
+    outbox._metrics_links(), outbox._metrics_relocation() TO pg_monitor;
 -- How many tombstone checks wait, and of which tables; not their errors.
 GRANT SELECT (table_key, control, first_failed_at, attempts) ON outbox.tombstone_checks
     TO pg_monitor;

@@ -35,7 +35,6 @@
 #include "delivery/partition_watch.hpp"
 #include "handlers/handlers.hpp"
 #include "link/link.hpp"
-#include "relocation/move/move_step.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "worker_state/worker_state.hpp"
@@ -699,30 +698,9 @@ int64 send_links(int ntargets, LinkTarget *targets) {
     return sent;
 }
 
-// The moves of organizations between cells that control drives
-// (relocation/move/move_step.hpp): the next step of one, in a transaction
-// of its own, which may call the
-// cells; steps follow one another for at most move_slice_ms a cycle, so
-// that the drain and the links come round meanwhile.  Returns whether a
-// move has more to do at once.
-constexpr long move_slice_ms = 2000;
-
-bool move_organizations() {
-    TimestampTz slice_end = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), move_slice_ms);
-    bool more = true;
-    while (more && GetCurrentTimestamp() < slice_end) {
-        CHECK_FOR_INTERRUPTS();
-        more = false;
-        in_transaction(
-            "pg_outbox: moving organizations", [&] { more = relocation::move_step(); }, nullptr);
-    }
-    return more;
-}
-
-// Returns whether it has more to do at once: its cascade was cut short, a
-// move goes on, or (outbox.wake_on_commit off) it delivered anything, since
-// rows may have come meanwhile.  Then the next cycle starts at once.
-// requested: by outbox.wake_worker(), which reads every partition.
+// Returns whether it has more to do at once: its cascade was cut short, or (outbox.wake_on_commit
+// off) it delivered anything, since rows may have come meanwhile.  Then the next cycle starts at
+// once. requested: by outbox.wake_worker(), which reads every partition.
 bool cycle(bool requested) {
     MemoryContextReset(cycle_context);
     MemoryContext old = MemoryContextSwitchTo(cycle_context);
@@ -752,7 +730,6 @@ bool cycle(bool requested) {
     cycle_links = ntargets > 0;
     scheduled += drain_pass(cell, control, requested ? PassScope::All : PassScope::Due, &delivered);
     delivered += send_links(ntargets, targets);
-    bool moving = silo_mode == SILO_MODE_CONTROL && move_organizations();
     retry_checks(start);
     // What other clusters handed over, kept for outbox.inbox_retention;
     // looked at once a minute (received rows: only when linked).
@@ -800,7 +777,7 @@ bool cycle(bool requested) {
     worker_shared->backfill_paused = backfill_paused;
     SpinLockRelease(&worker_shared->mutex);
     MemoryContextSwitchTo(old);
-    return (delivered > 0 && !wake_on_commit) || cascade_cut_short || moving;
+    return (delivered > 0 && !wake_on_commit) || cascade_cut_short;
 }
 
 // The worker is gone: outbox.worker_status shows it stopped.

@@ -1,5 +1,5 @@
-// The background worker (worker.cpp), on top of every other module: its
-// registration.  What other modules share with it is in
+// The background workers (worker.cpp, mover.cpp), on top of every other
+// module: their registration.  What other modules share with them is in
 // worker_state/worker_state.hpp.
 #pragma once
 
@@ -9,5 +9,6 @@ namespace pgoutbox {
 
 // From _PG_init, while shared_preload_libraries is processed.
 void register_worker();
+void register_mover();
 
 } // namespace pgoutbox

@@ -143,10 +143,13 @@ bool worker_wake_for_cycle() {
     pg_atomic_write_u32(&worker_shared->cycle_requested, 1);
     SpinLockAcquire(&worker_shared->mutex);
     Latch *latch = worker_shared->latch;
+    Latch *mover_latch = worker_shared->mover_latch;
     bool running = worker_shared->pid != 0;
     SpinLockRelease(&worker_shared->mutex);
     if (running && latch != nullptr)
         SetLatch(latch);
+    if (mover_latch != nullptr)
+        SetLatch(mover_latch);
     return running;
 }
 

@@ -18,8 +18,9 @@ namespace pgoutbox {
 
 struct WorkerShared {
     slock_t mutex;
-    pid_t pid;    // 0 until the worker has started
-    Latch *latch; // set to wake it
+    pid_t pid;          // 0 until the worker has started
+    Latch *latch;       // set to wake it
+    Latch *mover_latch; // "pg_outbox mover"'s (worker/mover.cpp), woken with it
     TimestampTz last_cycle_start;
     TimestampTz last_cycle_end;
     int64 shards_drained;

@@ -3,7 +3,7 @@
 # on the three clusters of test/harness/move_cells.sh, while a client writes
 # to the organization at 100 writes a second and a prober asks both cells,
 # over and over, whether they take a write of it:
-#   - control's worker (which drives the move) killed with kill -9 during
+#   - control's mover (which drives the move) killed with kill -9 during
 #     the copy and again after the catch-up; the target shut down
 #     (immediate) and the source's worker killed during the copy; the
 #     target's worker killed during the import and the target shut down
@@ -34,10 +34,10 @@ rows_before=$(on us -c "$rows_of_1")
 # Chunks of 250 rows: each step takes long enough to be hit.
 on control -c "ALTER SYSTEM SET outbox.relocation_chunk_rows = 250" -c "SELECT pg_reload_conf()" >/dev/null
 
-worker_of() { on "$1" -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
-kill_worker() { # NAME: kill -9 its worker, then wait for the cluster to take sessions again
+worker_of() { on "$1" -c "SELECT pid FROM pg_stat_activity WHERE backend_type = '${2:-pg_outbox worker}'"; }
+kill_worker() { # NAME [BACKEND_TYPE]: kill -9 its worker (or that process), then wait for the cluster to take sessions again
     local pid
-    pid=$(worker_of "$1")
+    pid=$(worker_of "$1" "${2:-}")
     [[ -n $pid ]] && kill -9 "$pid"
     sleep 1
     wait_on "$1" 30 "SELECT 1" 1 >/dev/null 2>&1
@@ -121,9 +121,9 @@ held_at() { # STEP: the move holds there
 }
 
 relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
-echo "control's worker killed during the copy"
+echo "control's mover killed during the copy"
 check "the move copies" wait_step copy
-kill_worker control
+kill_worker control 'pg_outbox mover'
 done_then=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation'")
 check "  ... and goes on copying after it" \
     wait_on control 60 "SELECT step <> 'copy' OR rows_done > $done_then FROM outbox.relocations WHERE relocation = '$relocation'" t
@@ -161,8 +161,8 @@ check "  ... still in the catch-up, still in us" \
     test "$(step_of):$(on control -c "SELECT outbox.organization_cell(1)")" = catch_up:us
 cell_start us
 kill_worker us
-echo "control's worker killed again"
-kill_worker control
+echo "control's mover killed again"
+kill_worker control 'pg_outbox mover'
 check "the move completes" \
     wait_on control 180 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
 on control -c "SELECT step, rows_done, rows_total, write_pause, error FROM outbox.relocations WHERE relocation = '$relocation'"
@@ -199,7 +199,7 @@ check "the prober saw us take the organization's writes, and then eu" \
 check "  ... and never both at once" \
     test "$(grep -c '^takes takes' "$work/probes")" = 0
 # Control's step transactions lost once each after the cells did their
-# part (as when control's worker dies between a cell's answer and its own
+# part (as when control's mover dies between a cell's answer and its own
 # commit): a trigger on control's row fails the step's update once per
 # listed transition, and the step is tried again a second later.  A
 # sequence per transition counts, since the failure rolls back whatever

@@ -33,15 +33,22 @@ BEGIN
 END
 $$;
 
--- Control's call into a cell: outbox.relocation_peer there.  Every
--- operation but prepare names a move this cell takes part in, on the side
--- the operation is for; a prepare is of a move control recorded (asked
--- of control, _move_recorded_by_control).  On control, the one operation
--- is record, for a cell's link role: control's record of a move that cell
--- takes part in.
+-- Control's call into a cell: outbox.relocation_peer there, whose entry in
+-- C (relocation/move/peer_entry.cpp) bounds the owner code of the step
+-- and calls this.  Every operation but prepare names a move this cell
+-- takes part in, on the side the operation is for; a prepare is of a move
+-- control recorded (asked of control, _move_recorded_by_control).  On
+-- control, the one operation is record, for a cell's link role: control's
+-- record of a move that cell takes part in.
 CREATE OR REPLACE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb)
 RETURNS jsonb
-LANGUAGE plpgsql SECURITY DEFINER
+LANGUAGE c SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'outbox_relocation_peer';
+
+CREATE OR REPLACE FUNCTION outbox._relocation_peer(protocol int, operation text, argument jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
@@ -119,6 +126,19 @@ BEGIN
         RAISE EXCEPTION 'relocation % was cancelled', p_relocation
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
+    RETURN outbox._move_peer_step(mv, operation, argument);
+END
+$$;
+
+-- One operation of relocation protocol 1 on the move mv, this cell's side
+-- of it (locked by _relocation_peer, FOR NO KEY UPDATE).
+CREATE OR REPLACE FUNCTION outbox._move_peer_step(mv outbox.organization_moves, operation text,
+                                                  argument jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
     CASE operation
     WHEN 'export' THEN
         RETURN outbox._move_export(mv);
@@ -126,7 +146,7 @@ BEGIN
         RETURN jsonb_build_object('rows', coalesce((
             SELECT jsonb_agg(jsonb_build_array(s.ordinal, s.model, s.pk, s.fields) ORDER BY s.ordinal)
               FROM outbox.relocation_rows s
-             WHERE s.relocation = p_relocation
+             WHERE s.relocation = mv.relocation
                AND s.ordinal BETWEEN (argument->>'first')::bigint AND (argument->>'last')::bigint),
             '[]'));
     WHEN 'changes' THEN
@@ -135,7 +155,7 @@ BEGIN
         UPDATE outbox.organization_moves o
            SET fenced = true, fenced_at = coalesce(o.fenced_at, clock_timestamp()), step = 'fenced',
                updated_at = clock_timestamp()
-         WHERE o.relocation = p_relocation;
+         WHERE o.relocation = mv.relocation;
         -- Fenced by an earlier call whose answer control lost: since then.
         RETURN jsonb_build_object('fenced', true, 'since', CASE WHEN mv.fenced THEN mv.fenced_at END);
     WHEN 'in_flight' THEN
@@ -143,12 +163,12 @@ BEGIN
     WHEN 'drained' THEN
         IF mv.outbox_mark IS NULL THEN
             RAISE EXCEPTION 'relocation %: the source''s transactions in flight are not waited for yet',
-                p_relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+                mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
         IF mv.step NOT IN ('drained', 'deleting', 'deleted') AND NOT EXISTS (
             SELECT FROM outbox.cell_outbox b WHERE b.id <= mv.outbox_mark) THEN
             UPDATE outbox.organization_moves o SET step = 'drained', updated_at = clock_timestamp()
-             WHERE o.relocation = p_relocation;
+             WHERE o.relocation = mv.relocation;
         END IF;
         RETURN jsonb_build_object('left', (SELECT count(*) FROM outbox.cell_outbox b
                                             WHERE b.id <= mv.outbox_mark));
@@ -160,13 +180,13 @@ BEGIN
     WHEN 'finish' THEN
         IF mv.mode <> 'fork' THEN
             RAISE EXCEPTION 'relocation % is a move: its source finishes by deleting the organization',
-                p_relocation USING ERRCODE = 'object_not_in_prerequisite_state';
+                mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
         END IF;
         UPDATE outbox.organization_moves o
            SET state = 'complete', step = 'exported', updated_at = clock_timestamp(),
                finished_at = coalesce(o.finished_at, clock_timestamp())
-         WHERE o.relocation = p_relocation;
-        DELETE FROM outbox.relocation_rows s WHERE s.relocation = p_relocation;
+         WHERE o.relocation = mv.relocation;
+        DELETE FROM outbox.relocation_rows s WHERE s.relocation = mv.relocation;
         RETURN jsonb_build_object('finished', true);
     WHEN 'stage' THEN
         RETURN outbox._move_stage(mv, argument->'rows');
@@ -182,7 +202,7 @@ BEGIN
            SET fenced = false, state = 'complete', step = 'lifted',
                lifted_at = coalesce(o.lifted_at, clock_timestamp()),
                finished_at = coalesce(o.finished_at, clock_timestamp()), updated_at = clock_timestamp()
-         WHERE o.relocation = p_relocation;
+         WHERE o.relocation = mv.relocation;
         RETURN jsonb_build_object('lifted', true);
     END CASE;
 END

@@ -372,7 +372,7 @@ BEGIN
 END
 $$;
 
--- Control's worker: the next step of a move that is due, in this
+-- Control's mover (worker/mover.cpp): the next step of a move that is due, in this
 -- transaction (committed durably: a switch lost in a crash would be done
 -- again, but only after it was acknowledged to nobody).  A failed step is
 -- tried again after 1 s, 2 s, ... a minute, its error in
@@ -400,7 +400,10 @@ BEGIN
             UPDATE outbox.organization_moves o SET error = NULL, failures = 0, retry_at = NULL
              WHERE o.relocation = mv.relocation;
         END IF;
-    EXCEPTION WHEN OTHERS THEN
+    -- query_canceled too: a cell's owner code past outbox.owner_code_timeout
+    -- comes back as 57014, which OTHERS leaves out (the mover's transaction
+    -- then failed whole, with no backoff and no error shown).
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
         GET STACKED DIAGNOSTICS message = MESSAGE_TEXT;
         UPDATE outbox.organization_moves o
            SET error = format('%s: %s', o.step, message), failures = o.failures + 1,

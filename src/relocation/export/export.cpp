@@ -28,6 +28,7 @@
 #include "pg/hash.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
+#include "relocation/import/relocation_writing.hpp"
 #include "relocation/model/models.hpp"
 
 extern "C" {
@@ -100,8 +101,8 @@ void read_chunks(Relation rel, const char *what, const char *sql, const int64 *i
         int n = int(Min((long)ids_per_read, count - at));
         Oid types[1] = {INT8ARRAYOID};
         Datum values[1] = {pg::int8_array(ids + at, n)};
-        pg::spi_run_as(pg::table_owner_role_for_caller(rel), what, sql, 1, types, values, nullptr,
-                       true, 0, SPI_OK_SELECT, read);
+        pg::spi_run_as(relocation_owner_role(rel), what, sql, 1, types, values, nullptr, true, 0,
+                       SPI_OK_SELECT, read);
     }
 }
 

@@ -69,23 +69,24 @@ Datum run_as_table_owner(FunctionCallInfo fcinfo, bool uncaptured) {
     capture_suppressed_depth = uncaptured ? pg::executor_depth() + 1 : 0;
     PG_TRY();
     {
-        pg::spi_run_as(
-            pg::table_owner_role_for_caller(rel), "running a relocation statement", statement, 1,
-            types, values, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 n) {
-                TupleDesc desc = SPI_tuptable->tupdesc;
-                if (desc->natts < 1 || SPI_gettypeid(desc, 1) != JSONBOID)
-                    ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
-                                    errmsg("statement must return one jsonb column")));
-                MemoryContext spi = MemoryContextSwitchTo(caller);
-                results = (Datum *)palloc(sizeof(Datum) * (n + 1));
-                result_nulls = (bool *)palloc(sizeof(bool) * (n + 1));
-                for (uint64 r = 0; r < n; r++) {
-                    Datum value = SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &result_nulls[r]);
-                    results[r] = result_nulls[r] ? (Datum)0 : datumCopy(value, false, -1);
-                }
-                count = int(n);
-                MemoryContextSwitchTo(spi);
-            });
+        pg::spi_run_as(relocation_owner_role(rel), "running a relocation statement", statement, 1,
+                       types, values, nullptr, false, 0, SPI_OK_SELECT, [&](uint64 n) {
+                           TupleDesc desc = SPI_tuptable->tupdesc;
+                           if (desc->natts < 1 || SPI_gettypeid(desc, 1) != JSONBOID)
+                               ereport(ERROR, (errcode(ERRCODE_DATATYPE_MISMATCH),
+                                               errmsg("statement must return one jsonb column")));
+                           MemoryContext spi = MemoryContextSwitchTo(caller);
+                           results = (Datum *)palloc(sizeof(Datum) * (n + 1));
+                           result_nulls = (bool *)palloc(sizeof(bool) * (n + 1));
+                           for (uint64 r = 0; r < n; r++) {
+                               Datum value =
+                                   SPI_getbinval(SPI_tuptable->vals[r], desc, 1, &result_nulls[r]);
+                               results[r] =
+                                   result_nulls[r] ? (Datum)0 : datumCopy(value, false, -1);
+                           }
+                           count = int(n);
+                           MemoryContextSwitchTo(spi);
+                       });
     }
     PG_FINALLY();
     {
