@@ -70,10 +70,11 @@ for run in $(seq "$RUNS"); do
     pause_ms=$(on control -c "SELECT round(extract(epoch FROM write_pause) * 1000) FROM outbox.relocations WHERE relocation = '$relocation'")
     copy_done_ms=$(on control -c "SELECT round(extract(epoch FROM fenced_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
     switched_ms=$(on control -c "SELECT round(extract(epoch FROM lifted_at - started_at) * 1000) FROM outbox.organization_moves WHERE relocation = '$relocation'")
-    writes=$(awk -F'\t' '$2 == "insert"' "$work/writes" | wc -l)
-    longest_retry_ms=$(awk -F'\t' '$2 == "refused" {if ($3 > m) m = $3} END {printf "%d", m * 1000}' "$work/writes")
-    missing=$(comm -23 <(comm -23 <(awk -F'\t' '$2 == "insert" {print $3}' "$work/writes" | sort) \
-                                  <(awk -F'\t' '$2 == "delete" {print $3}' "$work/writes" | sort)) \
+    # Organization 1's writer's (organization 2's writes stay in us).
+    writes=$(awk -F'\t' '$1 == 1 && $2 == "insert"' "$work/writes" | wc -l)
+    longest_retry_ms=$(awk -F'\t' '$1 == 1 && $2 == "refused" {if ($3 > m) m = $3} END {printf "%d", m * 1000}' "$work/writes")
+    missing=$(comm -23 <(comm -23 <(awk -F'\t' '$1 == 1 && $2 == "insert" {print $3}' "$work/writes" | sort) \
+                                  <(awk -F'\t' '$1 == 1 && $2 == "delete" {print $3}' "$work/writes" | sort)) \
                        <(on eu -c "SELECT id FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)
 
     # Cold: organization 2, its writes stopped, exported, loaded and

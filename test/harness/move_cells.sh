@@ -17,9 +17,10 @@ PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
 work=$(mktemp -d)
 writer=
 move_cells_stop() {
-    [[ -n $writer ]] && kill "$writer" 2>/dev/null
+    if [[ -n $writer ]]; then kill "$writer" 2>/dev/null; fi
     cells_stop
     rm -rf "$work"
+    return 0 # an EXIT trap's status is the script's under set -e
 }
 
 # The clusters, the schema and the roles, without rows.

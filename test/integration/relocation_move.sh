@@ -182,12 +182,16 @@ relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
 check "the move waits at drain while us holds organization 2's messages" \
     wait_on control 60 "SELECT step FROM outbox.relocations WHERE relocation = '$relocation2'" drain
 sleep 2
-check "  ... still, its writes paused meanwhile" \
-    test "$(on control -c "SELECT step || ' ' || (write_pause > interval '1 s') FROM outbox.relocations WHERE relocation = '$relocation2'")" = "drain true"
+check "  ... after its cutover: eu takes organization 2's writes, and holds their messages" \
+    test "$(on control -c "SELECT step || ' ' || outbox.organization_cell(2) FROM outbox.relocations WHERE relocation = '$relocation2'"):$(on eu -c "SELECT count(*) > 0 FROM outbox.paused_shards WHERE shard_identifier = 2"):$(on eu -c "SELECT count(*) > 0 FROM outbox.cell_outbox WHERE shard_identifier = 2")" = "drain eu:t:t"
+check "  ... its write pause over, not the drain's length (under a second)" \
+    test "$(on control -c "SELECT write_pause < interval '1 s' FROM outbox.relocations WHERE relocation = '$relocation2'")" = t
 on us -c "SELECT outbox.resume_shard('cell', 0, 2)" >/dev/null
 check "  ... and completes once they are delivered" \
     wait_on control 60 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete ||
     show_move "$relocation2"
+check "  ... eu's held messages of organization 2 released" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.paused_shards WHERE shard_identifier = 2")" = 0
 sleep 1
 touch "$work/stop"
 wait "$writer"

@@ -9,7 +9,11 @@
 #     from us within seconds: control's delivery does not wait on a cell's
 #     move step (the steps run in the process "pg_outbox mover", apart from
 #     the worker);
-#   - the owner drops the trigger: the move completes.
+#   - the owner drops the trigger: the move completes, while an application
+#     session in us sits idle in a transaction that wrote a table of no
+#     organization: the fence waits only for transactions on the moving
+#     tables (on 0.9.0 it waited for every transaction of the database:
+#     the move stayed at in_flight as long as that session).
 # On 0.9.0 the step waited outbox.link_timeout (30 s) in control's worker,
 # whose delivery stopped as long, and the cell's backend slept on.
 set -uo pipefail
@@ -17,8 +21,14 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 MOVE_ROOT=$root
 source "$root/test/harness/move_cells.sh"
 source "$root/test/harness/check.sh"
-trap 'move_cells_stop' EXIT
+idle=
+trap 'kill $idle 2>/dev/null; move_cells_stop' EXIT
 move_cells_setup || exit 1
+on us -c "CREATE TABLE public.audit_note (id int); GRANT INSERT ON public.audit_note TO move_app" >/dev/null
+# An application session idle in a transaction, for the whole move.
+(echo "BEGIN; INSERT INTO public.audit_note VALUES (1);"; sleep 600) |
+    ON_USER=move_app on us >/dev/null 2>&1 &
+idle=$!
 
 echo "A table owner's slow trigger in the target, fired by the move's import"
 on eu >/dev/null <<'SQL'
@@ -47,9 +57,11 @@ check "  ... no backend of eu sleeps on in the owner's trigger after it" \
 check "  ... and the move waits, not cancelled" \
     test "$(on control -c "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'")" != cancelled
 on eu -c "DROP TRIGGER slow_member ON member" >/dev/null
-check "the owner drops the trigger: the move completes" \
+check "the owner drops the trigger: the move completes, a session idle in a transaction in us meanwhile" \
     wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete \
     || show_move "$relocation"
 check "  ... every row of organization 1 in eu, none left in us" \
     test "$(on eu -c "$rows_of_1"):$(on us -c "$rows_of_1")" = "$rows_before:0"
+check "  ... that session still idle in its transaction" \
+    test "$(on us -c "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND usename = 'move_app'")" = 1
 checks_done relocation_stall

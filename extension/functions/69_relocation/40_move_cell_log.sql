@@ -34,12 +34,19 @@
 --   in_flight      waits for the source's transactions that were running
 --                  then (they may still write: the change log has them);
 --   last_catch_up  the last changes, until none is left;
---   drain          the source's outbox rows written before its fence are
---                  delivered: control takes every message of the
---                  organization from there before any from the target
---                  (whose import and catch-up write no outbox rows);
 --   switch         outbox.organization_cells names the new cell, then the
---                  target's fence lifts: the write pause ends;
+--                  target's fence lifts: the write pause ends.  The
+--                  target holds its outbox rows of the organization
+--                  meanwhile (its shards of the organization paused, as
+--                  outbox.pause_shard does: the writes are taken and their
+--                  messages wait);
+--   drain          the source's outbox rows written before its fence are
+--                  delivered, then the target releases its own: control
+--                  takes every message of the organization from the
+--                  source before any from the target (whose import and
+--                  catch-up write no outbox rows).  Outside the write
+--                  pause: it waits for the source's worker and its link
+--                  (issue 44: a second of the pause, before);
 --   delete         the organization's rows leave the source in batches,
 --                  without outbox rows (no tombstone, no cascade in
 --                  control); the source stays fenced for it.
@@ -451,15 +458,26 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF running IS NULL THEN
-        -- Every session of this database that may write here (not
-        -- autovacuum), pg_outbox's worker included (its cascade writes).
-        running := ARRAY(SELECT l.virtualxid FROM pg_locks l
-                           JOIN pg_stat_activity a ON a.pid = l.pid
-                          WHERE l.locktype = 'virtualxid' AND l.granted
-                            AND l.pid <> pg_backend_pid()
-                            AND a.datid = (SELECT d.oid FROM pg_database d
-                                            WHERE d.datname = current_database())
-                            AND a.backend_type <> 'autovacuum worker');
+        -- Every transaction that holds a writer's lock on a table that
+        -- carries the move's triggers (a partition included): one that
+        -- wrote the organization's rows, whose statement may have checked
+        -- the fence before it committed (pg_outbox's worker's cascade
+        -- too).  Any other takes its lock after the fence, and its
+        -- triggers then read the fence with the latest snapshot
+        -- (move_trigger.cpp), whatever its isolation level: it is refused.
+        -- Readers (ACCESS SHARE, ROW SHARE) and VACUUM and ANALYZE (SHARE
+        -- UPDATE EXCLUSIVE) write none of its rows.  Not every transaction
+        -- of the database, as before (issue 44: the worker's link round,
+        -- which reads the tables, or another tenant's idle transaction held
+        -- the write pause).
+        running := ARRAY(SELECT DISTINCT l.virtualtransaction FROM pg_locks l
+                          WHERE l.locktype = 'relation' AND l.granted
+                            AND l.mode NOT IN ('AccessShareLock', 'RowShareLock',
+                                               'ShareUpdateExclusiveLock')
+                            AND l.pid IS DISTINCT FROM pg_backend_pid()
+                            AND l.database = (SELECT d.oid FROM pg_database d
+                                               WHERE d.datname = current_database())
+                            AND l.relation IN (SELECT m.rel FROM outbox._move_triggers() m));
         UPDATE outbox.organization_moves o SET in_flight = running, step = 'in_flight'
          WHERE o.relocation = mv.relocation;
     END IF;

@@ -108,7 +108,7 @@ BEGIN
     END IF;
     wanted := CASE WHEN operation IN ('export', 'chunk', 'changes', 'fence', 'in_flight',
                                       'drained', 'delete', 'finish') THEN 'source'
-                   WHEN operation IN ('stage', 'import', 'apply', 'lift') THEN 'target' END;
+                   WHEN operation IN ('stage', 'import', 'apply', 'lift', 'release') THEN 'target' END;
     IF wanted IS NULL THEN
         RAISE EXCEPTION 'operation % is not one of relocation protocol 1', quote_literal(operation)
             USING ERRCODE = 'invalid_parameter_value';
@@ -195,15 +195,37 @@ BEGIN
     WHEN 'apply' THEN
         RETURN outbox._move_apply(mv, argument->'changes');
     WHEN 'lift' THEN
+        -- The organization's messages written here from now on wait (its
+        -- shards paused, in every scope of this cell, unless paused
+        -- already) until release: control takes the source's first.
         IF mv.step <> 'lifted' THEN
             PERFORM outbox._move_walk_tombstones_again(mv);
+            WITH held AS (
+                INSERT INTO outbox.paused_shards (silo, shard_scope, shard_identifier)
+                SELECT 'cell', s.id, mv.organization FROM outbox.scopes s
+                ON CONFLICT DO NOTHING RETURNING shard_scope)
+            SELECT coalesce(mv.plan, '{}') || jsonb_build_object('held',
+                       coalesce(jsonb_agg(h.shard_scope), '[]'))
+              INTO mv.plan FROM held h;
         END IF;
         UPDATE outbox.organization_moves o
-           SET fenced = false, state = 'complete', step = 'lifted',
+           SET fenced = false, state = 'complete', step = 'lifted', plan = mv.plan,
                lifted_at = coalesce(o.lifted_at, clock_timestamp()),
                finished_at = coalesce(o.finished_at, clock_timestamp()), updated_at = clock_timestamp()
          WHERE o.relocation = mv.relocation;
         RETURN jsonb_build_object('lifted', true);
+    WHEN 'release' THEN
+        -- The source's messages are all delivered: the target's go too.
+        IF mv.step <> 'lifted' THEN
+            RAISE EXCEPTION 'relocation %: the target''s fence is not lifted yet', mv.relocation
+                USING ERRCODE = 'object_not_in_prerequisite_state';
+        END IF;
+        DELETE FROM outbox.paused_shards p
+         WHERE p.silo = 'cell' AND p.shard_identifier = mv.organization AND p.cell_name = ''
+           AND p.shard_scope IN (SELECT h::int FROM jsonb_array_elements_text(mv.plan->'held') h);
+        UPDATE outbox.organization_moves o SET plan = o.plan - 'held', updated_at = clock_timestamp()
+         WHERE o.relocation = mv.relocation;
+        RETURN jsonb_build_object('released', true);
     END CASE;
 END
 $$;

@@ -183,7 +183,7 @@ BEGIN
     IF mv.state = 'cancelled' THEN
         RAISE EXCEPTION 'relocation % is already cancelled', mv.relocation
             USING ERRCODE = 'object_not_in_prerequisite_state';
-    ELSIF mv.state = 'complete' OR mv.step IN ('switch', 'delete', 'done') THEN
+    ELSIF mv.state = 'complete' OR mv.step IN ('switch', 'drain', 'delete', 'done') THEN
         RAISE EXCEPTION 'relocation % is past its cutover: organization % lives in cell % now',
             mv.relocation, mv.organization, mv.to_cell
             USING ERRCODE = 'object_not_in_prerequisite_state',
@@ -319,7 +319,7 @@ BEGIN
             next_step := 'fence';
         ELSIF mv.step = 'last_catch_up' AND mv.changes = 0
               AND jsonb_array_length(answer->'seqs') = 0 THEN
-            next_step := 'drain';
+            next_step := 'switch';
         END IF;
     WHEN 'fence' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'fence');
@@ -339,15 +339,18 @@ BEGIN
         ON CONFLICT ON CONSTRAINT organization_cells_pkey
             DO UPDATE SET cell = excluded.cell, updated_at = now()
             WHERE o.cell IS DISTINCT FROM excluded.cell;
+        -- The target takes the writes from now on; it holds their messages
+        -- until the drain's end.
         PERFORM outbox._move_call(mv, mv.to_cell, 'lift');
         mv.lifted_at := clock_timestamp();
-        next_step := 'delete';
-        mv.rows_done := 0;
+        next_step := 'drain';
     WHEN 'drain' THEN
         -- The source's worker delivers them (woken when its transactions in
-        -- flight were over); look again shortly.
+        -- flight were over); look again shortly.  Then the target's go.
         IF (outbox._move_call(mv, mv.from_cell, 'drained')->>'left')::bigint = 0 THEN
-            next_step := 'switch';
+            PERFORM outbox._move_call(mv, mv.to_cell, 'release');
+            next_step := 'delete';
+            mv.rows_done := 0;
         ELSE
             PERFORM pg_sleep(0.01);
         END IF;
@@ -365,7 +368,7 @@ BEGIN
     UPDATE outbox.organization_moves o
        SET step = next_step, rows_done = mv.rows_done, rows_total = mv.rows_total,
            changes = mv.changes, changes_applied = mv.changes_applied, plan = mv.plan,
-           fenced = o.fenced OR next_step IN ('in_flight', 'last_catch_up', 'drain', 'switch'),
+           fenced = o.fenced OR next_step IN ('in_flight', 'last_catch_up', 'switch'),
            fenced_at = mv.fenced_at, lifted_at = mv.lifted_at, updated_at = clock_timestamp()
      WHERE o.relocation = mv.relocation;
     RETURN true;

@@ -38,6 +38,7 @@ extern "C" {
 #include "utils/array.h"
 #include "utils/datum.h"
 #include "utils/lsyscache.h"
+#include "utils/snapmgr.h"
 }
 
 using namespace pgoutbox;
@@ -143,19 +144,25 @@ Datum int8_datum_array(const Datum *values, int n) {
                                            FLOAT8PASSBYVAL, TYPALIGN_DOUBLE));
 }
 
-// One of this file's statements (a kept plan, each with a fresh snapshot,
-// as PL/pgSQL's would be: a fence that committed after the writer's
-// statement began refuses it already) as the extension's owner, in an SPI
-// connection the caller ends with SPI_finish once it has read
-// SPI_tuptable.
+// One of this file's statements (a kept plan) as the extension's owner, in
+// an SPI connection the caller ends with SPI_finish once it has read
+// SPI_tuptable.  With the latest snapshot, whatever the writer's isolation
+// level, as a foreign key's check reads the referenced row: a fence or a
+// move that committed before this statement is seen, also by a REPEATABLE
+// READ transaction that began before it.  The source's in_flight step
+// then waits only for the transactions that hold a lock on a moving table
+// (40_move_cell_log.sql), not for every transaction of the database.
 uint64 run_as_owner(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
                     Datum *values, int expected) {
     SPI_connect();
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
-    uint64 n = pg::spi_run_kept(plan, what, sql, nargs, types, values, nullptr, false, expected);
+    int rc = SPI_execute_snapshot(pg::spi_prepare_kept(plan, what, sql, nargs, types), values,
+                                  nullptr, GetLatestSnapshot(), InvalidSnapshot, false, true, 0);
+    if (rc != expected)
+        elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
     pg::run_as_end(&scope);
-    return n;
+    return SPI_processed;
 }
 
 void refuse_truncate(const char *model) {
