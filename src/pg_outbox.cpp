@@ -251,7 +251,6 @@ void _PG_init(void) {
         shmem_request_hook = request_shmem;
         previous_shmem_startup = shmem_startup_hook;
         shmem_startup_hook = startup_shmem;
-        register_worker();
-        register_mover();
+        register_workers();
     }
 }

@@ -5,17 +5,16 @@
 // a step calls a cell and waits for its answer up to outbox.link_timeout,
 // and control's delivery (its handlers, its links) must not wait with it
 // (issue 44: a cell's slow table owner stopped control's delivery for
-// 30 s).  Registered with the worker; idle elsewhere than on control, and
-// while outbox.worker_enabled is off.  Woken by outbox.wake_worker() and
-// the functions that start or resume a move; otherwise it looks every
-// outbox.naptime.
+// 30 s).  Registered with the worker (worker.cpp, register_workers);
+// idle elsewhere than on control, and while outbox.worker_enabled is off.
+// Woken by outbox.wake_worker() and the functions that start or resume a
+// move; otherwise it looks every outbox.naptime.
 //
 // Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
 // step it happened in.
 #include "relocation/move/move_step.hpp"
 #include "pg/guard.hpp"
 #include "settings.hpp"
-#include "worker/worker.hpp"
 #include "worker_state/worker_state.hpp"
 
 extern "C" {
@@ -80,19 +79,6 @@ void forget_latch(int, Datum) {
 }
 
 } // namespace
-
-void register_mover() {
-    BackgroundWorker mover;
-    memset(&mover, 0, sizeof mover);
-    mover.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-    mover.bgw_start_time = BgWorkerStart_RecoveryFinished;
-    mover.bgw_restart_time = 1;
-    strlcpy(mover.bgw_library_name, "pg_outbox", BGW_MAXLEN);
-    strlcpy(mover.bgw_function_name, "outbox_mover_main", BGW_MAXLEN);
-    strlcpy(mover.bgw_name, "pg_outbox mover", BGW_MAXLEN);
-    strlcpy(mover.bgw_type, "pg_outbox mover", BGW_MAXLEN);
-    RegisterBackgroundWorker(&mover);
-}
 
 } // namespace pgoutbox
 

@@ -790,19 +790,24 @@ void forget_pid(int, Datum) {
 
 } // namespace
 
-void register_worker() {
-    BackgroundWorker worker;
-    memset(&worker, 0, sizeof worker);
-    worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
-    worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
-    worker.bgw_restart_time = 1;
-    strlcpy(worker.bgw_library_name, "pg_outbox", BGW_MAXLEN);
-    strlcpy(worker.bgw_function_name, "outbox_worker_main", BGW_MAXLEN);
-    strlcpy(worker.bgw_name, "pg_outbox worker", BGW_MAXLEN);
-    strlcpy(worker.bgw_type, "pg_outbox worker", BGW_MAXLEN);
-    // When max_worker_processes is too small, PostgreSQL logs "too many
-    // background workers" with a hint to raise it.
-    RegisterBackgroundWorker(&worker);
+void register_workers() {
+    // The worker, and the mover (mover.cpp) beside it.
+    const char *workers[2][2] = {{"pg_outbox worker", "outbox_worker_main"},
+                                 {"pg_outbox mover", "outbox_mover_main"}};
+    for (auto &w : workers) {
+        BackgroundWorker worker;
+        memset(&worker, 0, sizeof worker);
+        worker.bgw_flags = BGWORKER_SHMEM_ACCESS | BGWORKER_BACKEND_DATABASE_CONNECTION;
+        worker.bgw_start_time = BgWorkerStart_RecoveryFinished;
+        worker.bgw_restart_time = 1;
+        strlcpy(worker.bgw_library_name, "pg_outbox", BGW_MAXLEN);
+        strlcpy(worker.bgw_function_name, w[1], BGW_MAXLEN);
+        strlcpy(worker.bgw_name, w[0], BGW_MAXLEN);
+        strlcpy(worker.bgw_type, w[0], BGW_MAXLEN);
+        // When max_worker_processes is too small, PostgreSQL logs "too many
+        // background workers" with a hint to raise it.
+        RegisterBackgroundWorker(&worker);
+    }
 }
 
 } // namespace pgoutbox

@@ -7,8 +7,8 @@
 
 namespace pgoutbox {
 
-// From _PG_init, while shared_preload_libraries is processed.
-void register_worker();
-void register_mover();
+// From _PG_init, while shared_preload_libraries is processed: the worker
+// and the mover.
+void register_workers();
 
 } // namespace pgoutbox

@@ -129,10 +129,13 @@ check "a changed field is a finding, with its table and column" test \
 
 captured=$(q -c "SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = $new_org")
 projects=$(q -c "SELECT count(*) FROM project WHERE organization_id = $new_org")
+with_parent=$(q -c "SELECT count(*) FROM project WHERE organization_id = $new_org AND parent_id IS NOT NULL")
 deleted=$(q -c "SELECT outbox.cancel_relocation('$relocation')")
 check "cancel removes every imported row ($deleted)" test "$deleted" = "$rows"
 check "capture records the cancel's deletions of projects" test \
     "$(q -c "SELECT count(*) - $captured >= $projects FROM outbox.cell_outbox WHERE shard_identifier = $new_org")" = t
+check "  ... and clears the cycles' columns of the rows that had one set only ($with_parent of $projects projects)" test \
+    "$(q -c "SELECT count(*) - $captured FROM outbox.cell_outbox WHERE shard_identifier = $new_org")" = "$((projects + with_parent))"
 check "and leaves the target as it was" test "$(q -c "
     SELECT (SELECT count(*) FROM organization) || ' ' || (SELECT count(*) FROM project) || ' '
            || (SELECT count(*) FROM event) || ' ' || (SELECT count(*) FROM dashboard)")" = "1 500 0 0"

@@ -64,4 +64,29 @@ check "  ... every row of organization 1 in eu, none left in us" \
     test "$(on eu -c "$rows_of_1"):$(on us -c "$rows_of_1")" = "$rows_before:0"
 check "  ... that session still idle in its transaction" \
     test "$(on us -c "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND usename = 'move_app'")" = 1
+
+echo "A cancel behind another tenant's long transaction (organization 2, held at its catch-up)"
+hold_moves_at_catch_up
+relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
+check "the move of organization 2 holds at its catch-up" \
+    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation2'" "paused catch_up"
+# A transaction of organization 2's writer holds project for 4 s; the
+# cancel comes meanwhile; then another write of it, to team.
+(echo "BEGIN; UPDATE project SET slug = slug WHERE id = 721; SELECT pg_sleep(4); COMMIT;" |
+    ON_USER=move_app on us >/dev/null 2>&1) &
+long=$!
+sleep 0.5
+(on control -c "SELECT outbox.cancel_relocation('$relocation2')" >"$work/cancel" 2>&1) &
+cancel=$!
+sleep 0.5
+started=$(date +%s%N)
+ON_USER=move_app on us -c "UPDATE team SET name = 'during the cancel' WHERE id = 1" >/dev/null
+waited=$((($(date +%s%N) - started) / 1000000))
+wait "$long" "$cancel"
+echo "# a write to team during the cancel waited $waited ms"
+check "a write of another table during the cancel waits under a second (not the long transaction's 4 s)" \
+    test "$waited" -lt 1000
+check "  ... and the cancel completes once that transaction ends" \
+    test "$(on control -c "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'")" = cancelled ||
+    cat "$work/cancel" >&2
 checks_done relocation_stall

@@ -59,15 +59,7 @@ echo "Writes through a partition while organization 1 moves"
 # The move holds itself (paused) when it reaches its catch-up, before its
 # fence, as relocation_move_faults.sh holds its moves: the target has the
 # rows and is fenced, the source logs changes.
-on control >/dev/null <<'SQL'
-CREATE FUNCTION public.hold_at_catch_up() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    NEW.state := 'paused';
-    RETURN NEW;
-END $$;
-CREATE TRIGGER hold_at_catch_up BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
-    WHEN (OLD.step <> NEW.step AND NEW.step = 'catch_up') EXECUTE FUNCTION public.hold_at_catch_up();
-SQL
+hold_moves_at_catch_up
 # Event 1 is project 2's, organization 1's; event_2 holds no row.
 # Writers of organization 1 and of two other tenants, 2 in us and 3 in eu,
 # each a process of its own, through the whole move: each write's wait in

@@ -172,13 +172,16 @@ BEGIN
         CONTINUE WHEN cardinality(deferred) = 0;
         keys := ARRAY(SELECT to_jsonb(m.new) FROM outbox.relocation_pk_map m
                        WHERE m.relocation = p_relocation AND m.table_key = entry->>'model');
+        -- Only the rows whose cycle columns the import set: an UPDATE of
+        -- the others would be captured for nothing (issue 45).
         PERFORM outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
             format('WITH w AS (UPDATE %s AS t SET (%s) = ROW(%s) FROM pg_catalog.unnest($1) j'
-                   ' WHERE t.%I OPERATOR(pg_catalog.=) (j #>> ''{}'')::bigint RETURNING 1)'
+                   ' WHERE t.%I OPERATOR(pg_catalog.=) (j #>> ''{}'')::bigint AND (%s) RETURNING 1)'
                    ' SELECT pg_catalog.to_jsonb(pg_catalog.count(*)) FROM w',
                    entry->>'qualified',
                    (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-                   (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c), entry->>'pk'),
+                   (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c), entry->>'pk',
+                   (SELECT string_agg(format('t.%I IS NOT NULL', c), ' OR ') FROM unnest(deferred) c)),
             keys);
     END LOOP;
     FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) WITH ORDINALITY e(value, n)

@@ -201,6 +201,42 @@ BEGIN
 END
 $$;
 
+-- Locks tables in mode for a move's DDL (a prepare's triggers, a cancel's
+-- drop), in one order (by oid) for every step, each wait at most 50 ms:
+-- a writer whose lock request comes after this one's waits behind it no
+-- longer than that, and never deadlocks with it (this wait ends long
+-- before deadlock_timeout).  A wait that passes it gives up every lock
+-- taken so far and tries again 20 ms later, for up to 5 s; then 55P03
+-- (the step fails, and control tries it again later; a cancel says so).
+-- Issue 44: a cancel's lock queued behind another tenant's long
+-- transaction stopped every writer of the table for as long.
+CREATE OR REPLACE FUNCTION outbox._move_lock_tables(tables regclass[], mode text) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t regclass;
+    deadline timestamptz := clock_timestamp() + interval '5 s';
+    caller_timeout text := current_setting('lock_timeout');
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', '50ms', true);
+            FOREACH t IN ARRAY ARRAY(SELECT DISTINCT u FROM unnest(tables) u ORDER BY 1) LOOP
+                EXECUTE format('LOCK TABLE %s IN %s MODE', t, mode);
+            END LOOP;
+            PERFORM set_config('lock_timeout', caller_timeout, true);
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            IF clock_timestamp() > deadline THEN
+                RAISE;
+            END IF;
+        END;
+        PERFORM pg_sleep(0.02);
+    END LOOP;
+END
+$$;
+
 -- The table key of the Organization scope's root here.
 CREATE OR REPLACE FUNCTION outbox._move_root() RETURNS text
 LANGUAGE plpgsql STABLE
@@ -285,10 +321,14 @@ BEGIN
         VALUES (p_relocation, root, p_organization, true);
     END IF;
     -- CREATE TRIGGER's lock waits behind the writers' transactions, and
-    -- every writer that comes later waits behind it: at most 50 ms here,
-    -- then the step fails and control tries it again later (it never
-    -- deadlocks with a writer either: 40P01 went to an application once).
-    PERFORM set_config('lock_timeout', '50ms', true);
+    -- every writer that comes later waits behind it: at most 50 ms at a
+    -- time (it never deadlocks with a writer either: 40P01 went to an
+    -- application once).
+    PERFORM outbox._move_lock_tables(ARRAY(
+        SELECT p.relid FROM outbox._move_tables() m
+         CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
+          JOIN pg_class c ON c.oid = p.relid
+         WHERE c.relkind IN ('r', 'p')), 'SHARE ROW EXCLUSIVE');
     RETURN jsonb_build_object('prepared', true, 'triggers', outbox._move_install_triggers());
 END
 $$;

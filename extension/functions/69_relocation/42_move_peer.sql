@@ -56,7 +56,6 @@ DECLARE
     mv outbox.organization_moves;
     p_relocation uuid;
     wanted text;
-    t record;
 BEGIN
     IF protocol IS DISTINCT FROM 1 THEN
         RAISE EXCEPTION 'relocation protocol % is not supported here (this side speaks 1)',
@@ -84,22 +83,7 @@ BEGIN
         END IF;
         RETURN outbox._move_prepare(link.cell_name, argument);
     ELSIF operation = 'cancel' THEN
-        -- The tables whose move triggers the cancel may drop are locked
-        -- before the move's row: a writer's trigger logs into
-        -- move_changes, whose key check waits for that row, while holding
-        -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
-        -- These locks wait as long as the writers they queue behind (a
-        -- cancel is an operator's call, which waits for its answer; issue
-        -- 44 asks for a short timeout, retried: not done for the cancel).
-        FOR t IN SELECT DISTINCT m.rel FROM outbox._move_triggers() m ORDER BY 1 LOOP
-            EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', t.rel);
-        END LOOP;
-        SELECT * INTO mv FROM outbox.organization_moves o
-         WHERE o.relocation = p_relocation AND o.side <> 'control' FOR NO KEY UPDATE;
-        IF NOT FOUND THEN
-            RETURN jsonb_build_object('deleted', 0); -- never prepared here
-        END IF;
-        RETURN outbox._move_cancel_here(mv);
+        RETURN outbox._move_cancel_peer(p_relocation);
     ELSIF operation = 'keys' THEN -- of a move's export here, or a dry run's
         RETURN outbox._move_keys(p_relocation, argument);
     ELSIF operation = 'taken' THEN -- read only, for any move and dry run
@@ -195,38 +179,84 @@ BEGIN
     WHEN 'apply' THEN
         RETURN outbox._move_apply(mv, argument->'changes');
     WHEN 'lift' THEN
-        -- The organization's messages written here from now on wait (its
-        -- shards paused, in every scope of this cell, unless paused
-        -- already) until release: control takes the source's first.
-        IF mv.step <> 'lifted' THEN
-            PERFORM outbox._move_walk_tombstones_again(mv);
-            WITH held AS (
-                INSERT INTO outbox.paused_shards (silo, shard_scope, shard_identifier)
-                SELECT 'cell', s.id, mv.organization FROM outbox.scopes s
-                ON CONFLICT DO NOTHING RETURNING shard_scope)
-            SELECT coalesce(mv.plan, '{}') || jsonb_build_object('held',
-                       coalesce(jsonb_agg(h.shard_scope), '[]'))
-              INTO mv.plan FROM held h;
-        END IF;
-        UPDATE outbox.organization_moves o
-           SET fenced = false, state = 'complete', step = 'lifted', plan = mv.plan,
-               lifted_at = coalesce(o.lifted_at, clock_timestamp()),
-               finished_at = coalesce(o.finished_at, clock_timestamp()), updated_at = clock_timestamp()
-         WHERE o.relocation = mv.relocation;
-        RETURN jsonb_build_object('lifted', true);
+        RETURN outbox._move_lift(mv);
     WHEN 'release' THEN
-        -- The source's messages are all delivered: the target's go too.
-        IF mv.step <> 'lifted' THEN
-            RAISE EXCEPTION 'relocation %: the target''s fence is not lifted yet', mv.relocation
-                USING ERRCODE = 'object_not_in_prerequisite_state';
-        END IF;
-        DELETE FROM outbox.paused_shards p
-         WHERE p.silo = 'cell' AND p.shard_identifier = mv.organization AND p.cell_name = ''
-           AND p.shard_scope IN (SELECT h::int FROM jsonb_array_elements_text(mv.plan->'held') h);
-        UPDATE outbox.organization_moves o SET plan = o.plan - 'held', updated_at = clock_timestamp()
-         WHERE o.relocation = mv.relocation;
-        RETURN jsonb_build_object('released', true);
+        RETURN outbox._move_release(mv);
     END CASE;
+END
+$$;
+
+-- cancel (either side, before the cutover; 41_move_cell_steps.sql).
+CREATE OR REPLACE FUNCTION outbox._move_cancel_peer(relocation uuid) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+#variable_conflict use_variable
+DECLARE
+    mv outbox.organization_moves;
+BEGIN
+    -- The tables whose move triggers the cancel may drop are locked
+    -- before the move's row: a writer's trigger logs into
+    -- move_changes, whose key check waits for that row, while holding
+    -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
+    -- Each wait at most 50 ms, retried (_move_lock_tables).
+    PERFORM outbox._move_lock_tables(ARRAY(SELECT m.rel FROM outbox._move_triggers() m),
+                                     'ACCESS EXCLUSIVE');
+    SELECT * INTO mv FROM outbox.organization_moves o
+     WHERE o.relocation = relocation AND o.side <> 'control' FOR NO KEY UPDATE;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('deleted', 0); -- never prepared here
+    END IF;
+    RETURN outbox._move_cancel_here(mv);
+END
+$$;
+
+-- lift (target, at the switch): the fence lifts; the organization's
+-- messages written here from then on wait until release.
+CREATE OR REPLACE FUNCTION outbox._move_lift(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The organization's messages written here from now on wait (its
+    -- shards paused, in every scope of this cell, unless paused
+    -- already) until release: control takes the source's first.
+    IF mv.step <> 'lifted' THEN
+        PERFORM outbox._move_walk_tombstones_again(mv);
+        WITH held AS (
+            INSERT INTO outbox.paused_shards (silo, shard_scope, shard_identifier)
+            SELECT 'cell', s.id, mv.organization FROM outbox.scopes s
+            ON CONFLICT DO NOTHING RETURNING shard_scope)
+        SELECT coalesce(mv.plan, '{}') || jsonb_build_object('held',
+                   coalesce(jsonb_agg(h.shard_scope), '[]'))
+          INTO mv.plan FROM held h;
+    END IF;
+    UPDATE outbox.organization_moves o
+       SET fenced = false, state = 'complete', step = 'lifted', plan = mv.plan,
+           lifted_at = coalesce(o.lifted_at, clock_timestamp()),
+           finished_at = coalesce(o.finished_at, clock_timestamp()), updated_at = clock_timestamp()
+     WHERE o.relocation = mv.relocation;
+    RETURN jsonb_build_object('lifted', true);
+END
+$$;
+
+-- release (target, at the drain's end): its held messages go.
+CREATE OR REPLACE FUNCTION outbox._move_release(mv outbox.organization_moves) RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    -- The source's messages are all delivered: the target's go too.
+    IF mv.step <> 'lifted' THEN
+        RAISE EXCEPTION 'relocation %: the target''s fence is not lifted yet', mv.relocation
+            USING ERRCODE = 'object_not_in_prerequisite_state';
+    END IF;
+    DELETE FROM outbox.paused_shards p
+     WHERE p.silo = 'cell' AND p.shard_identifier = mv.organization AND p.cell_name = ''
+       AND p.shard_scope IN (SELECT h::int FROM jsonb_array_elements_text(mv.plan->'held') h);
+    UPDATE outbox.organization_moves o SET plan = o.plan - 'held', updated_at = clock_timestamp()
+     WHERE o.relocation = mv.relocation;
+    RETURN jsonb_build_object('released', true);
 END
 $$;
 
