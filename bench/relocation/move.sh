@@ -20,7 +20,7 @@ source "$root/test/harness/move_cells.sh"
 RUNS=${RUNS:-1}
 RATE=${RATE:-200}
 writers=
-trap 'kill $writers 2>/dev/null; move_cells_stop' EXIT
+trap 'kill $writers 2>/dev/null || true; move_cells_stop' EXIT
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 

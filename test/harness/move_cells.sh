@@ -9,7 +9,7 @@
 # with MOVE_ROOT set, then: move_cells_setup (or move_cells_schema, the
 # same without rows); start_writer ORGS RATE
 # (move_writer.py in the background, $writer, logging to $work/writes
-# until $work/stop exists); hold_moves_at_catch_up; state_of NAME SQL; rows_of ORG, rows_of_1 and
+# until $work/stop exists); hold_moves_at STEP; state_of NAME SQL; rows_of ORG, rows_of_1 and
 # fingerprint_of_1 (SQL); move_cells_stop (the EXIT trap).
 
 source "$(dirname "${BASH_SOURCE[0]}")/cells.sh"
@@ -95,19 +95,19 @@ INSERT INTO org_audit VALUES (1, 1), (2, 2);
 SQL
 }
 
-# hold_moves_at_catch_up: control pauses each move as it reaches its
-# catch-up, before its fence (the target has the rows and is fenced, the
-# source logs changes); DROP TRIGGER hold_at_catch_up ON
+# hold_moves_at STEP: control pauses each move as it reaches STEP (at
+# catch_up: before its fence, the target has the rows and is fenced, the
+# source logs changes); DROP TRIGGER hold_at_STEP ON
 # outbox.organization_moves lets the next ones go on.
-hold_moves_at_catch_up() {
-    on control >/dev/null <<'SQL'
-CREATE FUNCTION public.hold_at_catch_up() RETURNS trigger LANGUAGE plpgsql AS $$
+hold_moves_at() {
+    on control >/dev/null <<SQL
+CREATE OR REPLACE FUNCTION public.hold_move() RETURNS trigger LANGUAGE plpgsql AS \$\$
 BEGIN
     NEW.state := 'paused';
     RETURN NEW;
-END $$;
-CREATE TRIGGER hold_at_catch_up BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
-    WHEN (OLD.step <> NEW.step AND NEW.step = 'catch_up') EXECUTE FUNCTION public.hold_at_catch_up();
+END \$\$;
+CREATE TRIGGER hold_at_$1 BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    WHEN (OLD.step <> NEW.step AND NEW.step = '$1') EXECUTE FUNCTION public.hold_move();
 SQL
 }
 

@@ -66,7 +66,7 @@ check "  ... that session still idle in its transaction" \
     test "$(on us -c "SELECT count(*) FROM pg_stat_activity WHERE state = 'idle in transaction' AND usename = 'move_app'")" = 1
 
 echo "A cancel behind another tenant's long transaction (organization 2, held at its catch-up)"
-hold_moves_at_catch_up
+hold_moves_at catch_up
 relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
 check "the move of organization 2 holds at its catch-up" \
     wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation2'" "paused catch_up"

@@ -19,6 +19,10 @@
 #     import, renaming another organization: captured, control hears of it;
 #   - a compromised target answering a fork's import with the source's
 #     root: control refuses it and organization 2 stays where it lives;
+#   - a compromised source's export (or control relaying one) whose root
+#     is another organization, manifest and checksum made to match: the
+#     target refuses it (42501) before it writes a row (organization 1's
+#     move back to us);
 #   - writers of two other tenants, one in each cell, and of the moving
 #     organization, each a process of its own, through the whole move:
 #     their longest waits;
@@ -59,7 +63,7 @@ echo "Writes through a partition while organization 1 moves"
 # The move holds itself (paused) when it reaches its catch-up, before its
 # fence, as relocation_move_faults.sh holds its moves: the target has the
 # rows and is fenced, the source logs changes.
-hold_moves_at_catch_up
+hold_moves_at catch_up
 # Event 1 is project 2's, organization 1's; event_2 holds no row.
 # Writers of organization 1 and of two other tenants, 2 in us and 3 in eu,
 # each a process of its own, through the whole move: each write's wait in
@@ -197,5 +201,35 @@ check "control refuses the answer: root 2 is no new organization" \
     wait_on control 120 "SELECT error LIKE '%no new organization%' FROM outbox.relocations WHERE relocation = '$fork'" t
 check "  ... and organization 2 still lives in us" \
     test "$(on control -c "SELECT outbox.organization_cell(2)")" = us
+on eu >/dev/null <<'SQL'
+DROP FUNCTION outbox.relocation_peer(int, text, jsonb);
+ALTER FUNCTION outbox.relocation_peer_honest(int, text, jsonb) RENAME TO relocation_peer;
+SQL
+
+echo "A compromised source's export, relayed by control, with another root"
+# Organization 1's move back to us holds before its import; its staged
+# export in us then says root 999, manifest and checksum made to match, as
+# a source that lies (or a control that relays a lie) would send it.
+hold_moves_at import
+moved=$(on control -c "SELECT outbox.relocate_organization(1, 'us')")
+check "organization 1's move back to us holds before its import" \
+    wait_on control 120 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$moved'" "paused import"
+on us >/dev/null <<SQL
+UPDATE outbox.relocation_rows SET pk = 999 WHERE relocation = '$moved' AND model = 'organization';
+UPDATE outbox.relocation_rows m
+   SET fields = jsonb_set(jsonb_set(m.fields, '{roots}', '[999]'), '{checksum}', to_jsonb((
+       SELECT encode(sha256(convert_to(string_agg(format(E'%s\\t%s\\t%s\\t%s\\n', s.ordinal, s.model, s.pk, s.fields),
+                                                  '' ORDER BY s.ordinal), 'UTF8')), 'hex')
+         FROM outbox.relocation_rows s WHERE s.relocation = '$moved' AND s.model <> 'pg_outbox.manifest')))
+ WHERE m.relocation = '$moved' AND m.model = 'pg_outbox.manifest';
+SQL
+on control -c "DROP TRIGGER hold_at_import ON outbox.organization_moves; SELECT outbox.resume_relocation('$moved')" >/dev/null
+check "us refuses the export before writing a row: its root is 999, not organization 1 (42501)" \
+    wait_on control 60 "SELECT error LIKE '%roots are {999}, not organization 1%' FROM outbox.relocations WHERE relocation = '$moved'" t
+check "  ... us holds no organization 999" \
+    test "$(on us -c "SELECT count(*) FROM organization WHERE id = 999")" = 0
+on control -c "SELECT outbox.cancel_relocation('$moved')" >/dev/null
+check "  ... cancelled: organization 1 lives in eu, none of it in us" \
+    test "$(on control -c "SELECT outbox.organization_cell(1)"):$(on us -c "SELECT count(*) FROM project WHERE organization_id = 1")" = eu:0
 
 checks_done relocation_trust.sh

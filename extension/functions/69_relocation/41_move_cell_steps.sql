@@ -258,6 +258,46 @@ BEGIN
 END
 $$;
 
+-- Refuses (42501) an export that is not the moving organization's by the
+-- export's rule, whatever its manifest and checksum say (they are the
+-- source's, relayed by control, and neither is believed: issue 44): its
+-- one root row is the organization, and every other row refers, through a
+-- reference the import maps and does not defer, to a row (the import
+-- refuses a reference to a row outside the export, 23503).  Row by row
+-- that makes every row the organization's.
+CREATE OR REPLACE FUNCTION outbox._move_export_is_organizations(mv outbox.organization_moves,
+                                                                plan jsonb) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    roots bigint[];
+    stray record;
+BEGIN
+    roots := ARRAY(SELECT s.pk FROM outbox.relocation_rows s
+                    WHERE s.relocation = mv.relocation AND s.model = mv.plan->>'root'
+                    ORDER BY s.pk);
+    IF roots IS DISTINCT FROM ARRAY[mv.organization] THEN
+        RAISE EXCEPTION 'relocation %: the export''s roots are %, not organization %',
+            mv.relocation, roots, mv.organization USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT e.value->>'model' AS model, s.pk INTO stray
+      FROM jsonb_array_elements(plan) e
+      JOIN outbox.relocation_rows s
+        ON s.relocation = mv.relocation AND s.model = e.value->>'model'
+     WHERE e.value->>'model' <> mv.plan->>'root'
+       AND NOT EXISTS (SELECT FROM jsonb_array_elements(e.value->'refs') r
+                        WHERE r.value->>'kind' = 'map' AND NOT (r.value->>'deferred')::boolean
+                          AND s.fields->>(r.value->>'column') IS NOT NULL)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'relocation %: row % of % in the export refers to no row of organization %',
+            mv.relocation, stray.pk, stray.model, mv.organization
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION outbox._move_import(mv outbox.organization_moves) RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -286,6 +326,7 @@ BEGIN
             RAISE EXCEPTION 'relocation %: the export names table %, which is not Organization-scoped in this cell',
                 mv.relocation, outsider USING ERRCODE = 'insufficient_privilege';
         END IF;
+        PERFORM outbox._move_export_is_organizations(mv, st.plan);
         -- Checked before the copy (step check); again here, for rows the
         -- target wrote since.
         SELECT * INTO found_taken FROM outbox._move_taken(coalesce((
