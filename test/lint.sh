@@ -2,7 +2,9 @@
 # The habits CI enforces, before the tests: the sources as clang-format
 # writes them (.clang-format), no clang-tidy warning (.clang-tidy; a
 # suppression names its check and says why, where it stands), and no cycle
-# between the folders of src/ (test/layers.sh).  Exits non-zero on any.
+# between the folders of src/ (test/layers.sh), no file of
+# extension/functions/ over 500 lines (issue 45: split by subject).  Exits
+# non-zero on any.
 # `make format` fixes the first.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +34,14 @@ if layers=$(bash test/layers.sh 2>&1); then
 else
     echo "$layers" | tail -n 20 >&2
     echo "not ok - a cycle between src/ folders" >&2
+    failed=1
+fi
+long=$(find extension/functions -name '*.sql' -exec awk 'END { if (NR > 500) print FILENAME " (" NR " lines)" }' {} \;)
+if [[ -z $long ]]; then
+    echo "ok - no file of extension/functions/ over 500 lines"
+else
+    echo "$long" >&2
+    echo "not ok - a file of extension/functions/ over 500 lines: split it by subject" >&2
     failed=1
 fi
 exit $failed
