@@ -2,7 +2,8 @@
 # docs/reference.md names everything a user calls, reads or sets: every
 # function of schema outbox whose name does not start with an underscore,
 # every view, every outbox.* setting and every metric family of
-# outbox.metrics(), as the catalog has them after CREATE EXTENSION.  A new
+# outbox.metrics() (outbox._metric_families()), as the catalog has them
+# after CREATE EXTENSION.  A new
 # one that the reference does not name fails here.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -29,7 +30,7 @@ missing() {
 functions=$(q -c "SELECT DISTINCT p.proname FROM pg_proc p WHERE p.pronamespace = 'outbox'::regnamespace AND p.proname !~ '^_' ORDER BY 1")
 views=$(q -c "SELECT c.relname FROM pg_class c WHERE c.relnamespace = 'outbox'::regnamespace AND c.relkind = 'v' AND c.relname !~ '^_' ORDER BY 1")
 settings=$(q -c "SELECT name FROM pg_settings WHERE name LIKE 'outbox.%' ORDER BY 1")
-metrics=$(q -c "SELECT pg_get_functiondef('outbox.metrics()'::regprocedure)" | grep -o "\['pg_outbox_[a-z_]*'" | tr -d "['" | sort -u)
+metrics=$(q -c "SELECT DISTINCT family FROM outbox._metric_families() ORDER BY 1")
 check "the catalog has functions, views, settings and metrics" \
     [ -n "$functions" -a -n "$views" -a -n "$settings" -a -n "$metrics" ]
 check "every public function ($(echo $functions | wc -w))" missing functions '`outbox.NAME(' $functions

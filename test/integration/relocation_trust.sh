@@ -201,6 +201,10 @@ check "control refuses the answer: root 2 is no new organization" \
     wait_on control 120 "SELECT error LIKE '%no new organization%' FROM outbox.relocations WHERE relocation = '$fork'" t
 check "  ... and organization 2 still lives in us" \
     test "$(on control -c "SELECT outbox.organization_cell(2)")" = us
+check "  ... eu holds the fork's copy until the cancel" \
+    test "$(on eu -c "SELECT count(*) FROM organization WHERE slug = 'globex'")" = 1
+check "the fork is cancelled (as control's record says it is not done), and its copy leaves eu" \
+    test "$(on control -c "SELECT outbox.cancel_relocation('$fork') IS NOT NULL"):$(on eu -c "SELECT count(*) FROM organization WHERE slug = 'globex'")" = t:0
 on eu >/dev/null <<'SQL'
 DROP FUNCTION outbox.relocation_peer(int, text, jsonb);
 ALTER FUNCTION outbox.relocation_peer_honest(int, text, jsonb) RENAME TO relocation_peer;

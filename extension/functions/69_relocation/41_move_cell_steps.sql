@@ -377,7 +377,12 @@ DECLARE
 BEGIN
     IF mv.state = 'cancelled' THEN
         RETURN jsonb_build_object('deleted', 0);
-    ELSIF mv.mode = 'fork' AND mv.state <> 'complete' THEN
+    ELSIF mv.mode = 'fork' AND (mv.state <> 'complete' OR (
+              -- A fork whose import ended here but which control never
+              -- completed (it refused this cell's answer): its copy goes,
+              -- as control's record says, never this call's word.
+              mv.side = 'target' AND outbox._move_control_record(
+                  (SELECT l FROM outbox.control_link l), mv.relocation::text)->>'state' = 'moving')) THEN
         -- What the import wrote goes as it came, captured (part 2's cancel).
         IF mv.side = 'target' AND EXISTS (SELECT FROM outbox.relocation_state s
                                            WHERE s.relocation = mv.relocation

@@ -12,14 +12,8 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
-    record jsonb;
+    record jsonb := outbox._move_control_record(link, argument->>'relocation');
 BEGIN
-    BEGIN
-        record := outbox._relocation_call(link.server, 'control', 'record',
-            jsonb_build_object('relocation', argument->>'relocation')::text)::jsonb;
-    EXCEPTION WHEN undefined_object THEN
-        record := NULL; -- control knows no such move of this cell
-    END;
     IF jsonb_typeof(record) IS DISTINCT FROM 'object'
        OR record->>'organization' IS DISTINCT FROM argument->>'organization'
        OR record->>'from' IS DISTINCT FROM argument->>'from'
@@ -30,6 +24,21 @@ BEGIN
             USING ERRCODE = 'insufficient_privilege',
                   DETAIL = format('Asked: %s.  Control''s record: %s.', argument, record);
     END IF;
+END
+$$;
+
+-- Control's record of relocation (relocation_peer 'record' on control, over
+-- this cell's link); NULL when control knows no such move of this cell.
+CREATE OR REPLACE FUNCTION outbox._move_control_record(link outbox.control_link, relocation text)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    RETURN outbox._relocation_call(link.server, 'control', 'record',
+        jsonb_build_object('relocation', relocation)::text)::jsonb;
+EXCEPTION WHEN undefined_object THEN
+    RETURN NULL;
 END
 $$;
 
