@@ -3,8 +3,8 @@
 # writes them (.clang-format), no clang-tidy warning (.clang-tidy; a
 # suppression names its check and says why, where it stands), and no cycle
 # between the folders of src/ (test/layers.sh), no file of
-# extension/functions/ over 500 lines (issue 45: split by subject).  Exits
-# non-zero on any.
+# extension/functions/ over 500 lines (issue 45: split by subject), and no
+# PL/pgSQL function there over 80 lines of body.  Exits non-zero on any.
 # `make format` fixes the first.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +42,21 @@ if [[ -z $long ]]; then
 else
     echo "$long" >&2
     echo "not ok - a file of extension/functions/ over 500 lines: split it by subject" >&2
+    failed=1
+fi
+# A function's body: the lines between "AS $$" and "$$;" of a CREATE
+# FUNCTION whose header says LANGUAGE plpgsql.
+long=$(find extension/functions -name '*.sql' -exec awk '
+    /^CREATE OR REPLACE FUNCTION/ { name = $5; sub(/\(.*/, "", name); plpgsql = 0; body = -1 }
+    /LANGUAGE plpgsql/ && body < 0 { plpgsql = 1 }
+    /^AS \$\$/ && plpgsql { body = 0; next }
+    /^\$\$;/ && body >= 0 { if (body > 80) print FILENAME ": " name " (" body " lines)"; body = -1; plpgsql = 0 }
+    body >= 0 { body++ }' {} \;)
+if [[ -z $long ]]; then
+    echo "ok - no PL/pgSQL function of extension/functions/ over 80 lines"
+else
+    echo "$long" >&2
+    echo "not ok - a PL/pgSQL function over 80 lines: split it" >&2
     failed=1
 fi
 exit $failed

@@ -115,76 +115,20 @@ RETURNS TABLE (partition oid, root oid)
 CREATE OR REPLACE FUNCTION outbox._capture_partition_rows(rel regclass, root regclass) RETURNS bigint
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__capture_partition_rows';
 
--- After DDL that touches a registered table (the table, a partition, a
--- legacy inheritance child, a trigger): the registered columns still fit
--- and _check_capture holds.  A partition created or attached gets the
--- capture triggers, and the rows of one attached are captured as inserts;
--- the rows of one detached, as deletions, and it loses the triggers.  Called
--- by the event trigger _on_ddl_command_end (C), as the extension's owner,
--- with the partitions the command attached or detached and their parents.
-CREATE OR REPLACE FUNCTION outbox._guard_ddl(partitions oid[], parents oid[], attached boolean[])
-RETURNS void
+-- The registered tables each DDL command of the event touched (or the
+-- table a trigger it touched is on, or that table's parent): their capture
+-- triggers not altered, their columns still as capture needs them, the
+-- triggers installed on a table created as a partition of one, capture
+-- complete (called by _guard_ddl, in the ddl_command_end event).
+CREATE OR REPLACE FUNCTION outbox._guard_commands() RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     command record;
-    change record;
     r record;
-    root regclass;
     problem text;
 BEGIN
-    FOR change IN SELECT * FROM unnest(partitions, attached) AS c(partition, attached)
-                   WHERE c.attached LOOP
-        IF EXISTS (SELECT FROM outbox._partition_tree(change.partition) t
-                     JOIN outbox.registered_tables reg ON reg.relid = t.relid) THEN
-            RAISE EXCEPTION 'registered table % cannot become a partition',
-                change.partition::regclass
-                USING ERRCODE = 'object_not_in_prerequisite_state',
-                      HINT = 'Unregister it with outbox.unregister_table() first.';
-        END IF;
-    END LOOP;
-    -- The triggers of a move (69_relocation/40_move_cell_log.sql) stay enabled ALWAYS
-    -- while a move this cell takes part in runs: its fence and change log.
-    IF outbox._moving_here() THEN
-        SELECT g.tgname, g.tgrelid::regclass AS rel INTO command
-          FROM pg_event_trigger_ddl_commands() d
-          JOIN pg_trigger g ON (d.classid = 'pg_class'::regclass AND g.tgrelid = d.objid)
-                            OR (d.classid = 'pg_trigger'::regclass AND g.oid = d.objid)
-         WHERE d.command_tag IN ('ALTER TABLE', 'ALTER TRIGGER')
-           AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure, 'outbox._move_row_trigger()'::regprocedure)
-           AND g.tgenabled <> 'A'
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'the move trigger % on % must stay enabled ALWAYS while an organization moves',
-                command.tgname, command.rel
-                USING ERRCODE = 'object_in_use',
-                      HINT = 'Wait for the move to end (outbox.organization_moves).';
-        END IF;
-    END IF;
-    -- A partition created or attached while a move's triggers are in place
-    -- gets them too (its writes are logged and fenced as its parent's).
-    IF EXISTS (SELECT FROM pg_trigger g WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure) THEN
-        PERFORM outbox._move_install_triggers();
-    END IF;
-    IF NOT EXISTS (SELECT FROM outbox.registered_tables) THEN
-        RETURN;
-    END IF;
-    FOR change IN SELECT * FROM unnest(partitions, parents, attached) AS c(partition, parent, attached)
-    LOOP
-        SELECT t.relid INTO root
-          FROM outbox._self_and_ancestors(change.parent) a
-          JOIN outbox.registered_tables t ON t.relid = a.relid
-         ORDER BY a.depth LIMIT 1;
-        CONTINUE WHEN NOT FOUND;
-        IF change.attached THEN
-            PERFORM outbox._install_capture_triggers(root);
-            PERFORM outbox._capture_partition_rows(change.partition, root);
-        ELSE
-            PERFORM outbox._capture_partition_rows(change.partition, root);
-            PERFORM outbox._drop_capture_triggers(change.partition);
-        END IF;
-    END LOOP;
     FOR command IN
         SELECT d.command_tag, d.classid, d.objid,
                CASE WHEN d.classid = 'pg_class'::regclass THEN d.objid
@@ -228,23 +172,93 @@ BEGIN
 END
 $$;
 
+-- After DDL that touches a registered table (the table, a partition, a
+-- legacy inheritance child, a trigger): the registered columns still fit
+-- and _check_capture holds.  A partition created or attached gets the
+-- capture triggers, and the rows of one attached are captured as inserts;
+-- the rows of one detached, as deletions, and it loses the triggers.  Called
+-- by the event trigger _on_ddl_command_end (C), as the extension's owner,
+-- with the partitions the command attached or detached and their parents.
+CREATE OR REPLACE FUNCTION outbox._guard_ddl(partitions oid[], parents oid[], attached boolean[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    command record;
+    change record;
+    root regclass;
+BEGIN
+    FOR change IN SELECT * FROM unnest(partitions, attached) AS c(partition, attached)
+                   WHERE c.attached LOOP
+        IF EXISTS (SELECT FROM outbox._partition_tree(change.partition) t
+                     JOIN outbox.registered_tables reg ON reg.relid = t.relid) THEN
+            RAISE EXCEPTION 'registered table % cannot become a partition',
+                change.partition::regclass
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      HINT = 'Unregister it with outbox.unregister_table() first.';
+        END IF;
+    END LOOP;
+    -- The triggers of a move (69_relocation/40_move_cell_log.sql) stay enabled ALWAYS
+    -- while a move this cell takes part in runs: its fence and change log.
+    IF outbox._moving_here() THEN
+        SELECT g.tgname, g.tgrelid::regclass AS rel INTO command
+          FROM pg_event_trigger_ddl_commands() d
+          JOIN pg_trigger g ON (d.classid = 'pg_class'::regclass AND g.tgrelid = d.objid)
+                            OR (d.classid = 'pg_trigger'::regclass AND g.oid = d.objid)
+         WHERE d.command_tag IN ('ALTER TABLE', 'ALTER TRIGGER')
+           AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure, 'outbox._move_row_trigger()'::regprocedure)
+           AND g.tgenabled <> 'A'
+         LIMIT 1;
+        IF FOUND THEN
+            RAISE EXCEPTION 'the move trigger % on % must stay enabled ALWAYS while an organization moves',
+                command.tgname, command.rel
+                USING ERRCODE = 'object_in_use',
+                      HINT = 'Wait for the move to end (outbox.organization_moves).';
+        END IF;
+    END IF;
+    -- A partition created or attached where the move's triggers are in
+    -- place gets them too (its writes are logged and fenced as its
+    -- parent's).
+    IF EXISTS (SELECT FROM pg_trigger g WHERE g.tgfoid = 'outbox._move_trigger()'::regprocedure) THEN
+        PERFORM outbox._move_install_triggers(only_missing => true);
+    END IF;
+    IF NOT EXISTS (SELECT FROM outbox.registered_tables) THEN
+        RETURN;
+    END IF;
+    FOR change IN SELECT * FROM unnest(partitions, parents, attached) AS c(partition, parent, attached)
+    LOOP
+        SELECT t.relid INTO root
+          FROM outbox._self_and_ancestors(change.parent) a
+          JOIN outbox.registered_tables t ON t.relid = a.relid
+         ORDER BY a.depth LIMIT 1;
+        CONTINUE WHEN NOT FOUND;
+        IF change.attached THEN
+            PERFORM outbox._install_capture_triggers(root);
+            PERFORM outbox._capture_partition_rows(change.partition, root);
+        ELSE
+            PERFORM outbox._capture_partition_rows(change.partition, root);
+            PERFORM outbox._drop_capture_triggers(change.partition);
+        END IF;
+    END LOOP;
+    PERFORM outbox._guard_commands();
+END
+$$;
+
 -- The event trigger: resolves what the statement attached or detached
 -- (src/registry/ddl_guard.cpp), then runs _guard_ddl as the extension's owner.
 CREATE OR REPLACE FUNCTION outbox._on_ddl_command_end() RETURNS event_trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__on_ddl_command_end';
 
--- Dropping a registered table drops its registration.  Refused: dropping a
--- capture trigger, a handler function, a partition of a registered table
--- without the table (its rows would leave without outbox rows: DETACH it
--- first), or the unique index on id.  SECURITY DEFINER, as above.
-CREATE OR REPLACE FUNCTION outbox._on_sql_drop() RETURNS event_trigger
-LANGUAGE plpgsql SECURITY DEFINER
+-- The drops the DDL guard refuses (called by _on_sql_drop, in the sql_drop
+-- event): a partition of a registered table, a handler's function,
+-- pg_outbox's capture trigger, a move's trigger while it moves.
+CREATE OR REPLACE FUNCTION outbox._refuse_drop() RETURNS void
+LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     hit record;
-    r record;
-    problem text;
 BEGIN
     SELECT d.object_identity AS partition, p.root::regclass AS root INTO hit
       FROM outbox._dropped_partitions() p
@@ -306,6 +320,22 @@ BEGIN
                   DETAIL = 'The move''s change log and fence are those triggers.',
                   HINT = 'Wait for the move to end (outbox.organization_moves).';
     END IF;
+END
+$$;
+
+-- Dropping a registered table drops its registration.  Refused: dropping a
+-- capture trigger, a handler function, a partition of a registered table
+-- without the table (its rows would leave without outbox rows: DETACH it
+-- first), or the unique index on id.  SECURITY DEFINER, as above.
+CREATE OR REPLACE FUNCTION outbox._on_sql_drop() RETURNS event_trigger
+LANGUAGE plpgsql SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    r record;
+    problem text;
+BEGIN
+    PERFORM outbox._refuse_drop();
 
     -- A dropped table or column takes its cross-silo references with it.
     DELETE FROM outbox.registered_foreign_keys f

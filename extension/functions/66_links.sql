@@ -215,6 +215,34 @@ CREATE OR REPLACE FUNCTION outbox._insert_received(own_cell text, control boolea
     OUT written bigint, OUT gone int, OUT there int)
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__insert_received';
 
+-- A received batch's tombstones, of rows deleted on the other side: a
+-- deleted control row is recorded in cell_tombstone, a deleted cell row in
+-- control_tombstone; a row that is there again (present) forgets its
+-- tombstone (called by receive, which says whether any of either came).
+CREATE OR REPLACE FUNCTION outbox._receive_tombstones(silo text, any_gone boolean,
+    any_there boolean, tombstones text[], present text[], object_identifiers bigint[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF any_gone THEN
+        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
+                       ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
+                       ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
+                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+            USING tombstones, object_identifiers;
+    END IF;
+    IF any_there THEN
+        EXECUTE format('DELETE FROM outbox.%I t USING unnest($1, $2) p(name, object)'
+                       ' WHERE p.name IS NOT NULL AND t.table_name = p.name'
+                       ' AND t.object_identifier = p.object',
+                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
+            USING present, object_identifiers;
+    END IF;
+END
+$$;
+
 -- Called by the other side's worker, logged in as its link role: takes a
 -- batch of messages into the local outbox, in order, with the tombstones
 -- that came with them, and records the batch in outbox.inbox (a batch
@@ -304,22 +332,8 @@ BEGIN
         PERFORM outbox._check_cell_objects(peer, shard_scopes, shard_identifiers, categories,
                                            object_identifiers, tombstones, present);
     END IF;
-    -- Tombstones of rows deleted on the other side: a deleted control row
-    -- is recorded in cell_tombstone, a deleted cell row in control_tombstone.
-    IF taken.gone > 0 THEN
-        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
-                       ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
-                       ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
-                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-            USING tombstones, object_identifiers;
-    END IF;
-    IF taken.there > 0 THEN
-        EXECUTE format('DELETE FROM outbox.%I t USING unnest($1, $2) p(name, object)'
-                       ' WHERE p.name IS NOT NULL AND t.table_name = p.name'
-                       ' AND t.object_identifier = p.object',
-                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-            USING present, object_identifiers;
-    END IF;
+    PERFORM outbox._receive_tombstones(silo, taken.gone > 0, taken.there > 0, tombstones,
+                                       present, object_identifiers);
     -- The worker drains them once this commits (_insert_received wakes it
     -- as capture does); without one they wait for outbox.drain().
     RETURN n;

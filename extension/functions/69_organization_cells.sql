@@ -131,6 +131,27 @@ BEGIN
 END
 $$;
 
+-- What a batch taken from a cell says of its objects (_check_cell_objects
+-- checked it): each object's organization, the last message's, and each
+-- table's category.
+CREATE OR REPLACE FUNCTION outbox._record_cell_objects(category_ids int[],
+    object_identifiers bigint[], organizations bigint[], tables text[]) RETURNS void
+LANGUAGE sql
+SET search_path = pg_catalog, pg_temp
+AS $$
+    INSERT INTO outbox.cell_objects AS c (category, object_identifier, organization)
+    SELECT DISTINCT ON (u.category, u.object) u.category, u.object, u.organization
+      FROM unnest(category_ids, object_identifiers, organizations) WITH ORDINALITY
+           u(category, object, organization, n)
+     ORDER BY u.category, u.object, u.n DESC
+        ON CONFLICT (category, object_identifier) DO UPDATE SET organization = excluded.organization
+     WHERE c.organization <> excluded.organization;
+    INSERT INTO outbox.cell_object_tables (table_key, category)
+    SELECT DISTINCT u.tbl, u.category FROM unnest(tables, category_ids) u(tbl, category)
+     WHERE u.tbl IS NOT NULL
+        ON CONFLICT (table_key) DO NOTHING;
+$$;
+
 -- Control's check of what a cell's link role delivers (outbox.receive):
 -- each message's object must live in cell, the sending cell.  Its
 -- organization is the shard's (organization_scopes) and, for the root's
@@ -220,16 +241,6 @@ BEGIN
                   DETAIL = 'Nothing of the batch was taken.',
                   HINT = 'outbox.organization_cells places organizations in cells; docs/security.md, "What a cell can still do".';
     END IF;
-    INSERT INTO outbox.cell_objects AS c (category, object_identifier, organization)
-    SELECT DISTINCT ON (u.category, u.object) u.category, u.object, u.organization
-      FROM unnest(category_ids, object_identifiers, organizations) WITH ORDINALITY
-           u(category, object, organization, n)
-     ORDER BY u.category, u.object, u.n DESC
-        ON CONFLICT (category, object_identifier) DO UPDATE SET organization = excluded.organization
-     WHERE c.organization <> excluded.organization;
-    INSERT INTO outbox.cell_object_tables (table_key, category)
-    SELECT DISTINCT u.tbl, u.category FROM unnest(tables, category_ids) u(tbl, category)
-     WHERE u.tbl IS NOT NULL
-        ON CONFLICT (table_key) DO NOTHING;
+    PERFORM outbox._record_cell_objects(category_ids, object_identifiers, organizations, tables);
 END
 $$;

@@ -111,8 +111,9 @@ CREATE TRIGGER hold_at_$1 BEFORE UPDATE ON outbox.organization_moves FOR EACH RO
 SQL
 }
 
-start_writer() { # ORGS RATE (LATENCY=FILE: each write's wait, move_writer.py)
+start_writer() { # ORGS RATE (LATENCY=FILE: each write's wait, move_writer.py; its sessions' application_name: writer <ORGS>)
     (set -a; source "$work/env"; ORGS=$1 RATE=$2 LOG=$work/writes STOP=$work/stop LATENCY=${LATENCY:-} \
+        PGAPPNAME="writer $1" \
         exec "$PYTHON" "$MOVE_ROOT/test/harness/move_writer.py") 2>>"$work/writer.err" &
     writer=$!
 }

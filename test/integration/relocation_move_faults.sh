@@ -9,7 +9,9 @@
 #     target's worker killed during the import and the target shut down
 #     again right after;
 #     the source's cell stopped (immediate) during the catch-up, the move
-#     paused and resumed meanwhile, then the source's worker killed too;
+#     paused and resumed meanwhile, control shut down and started again
+#     while the source is down, then the source's worker killed and the
+#     source stopped a second time;
 #   - the move completes: every write acknowledged is in eu once, the rows
 #     are those us had (field by field) with the client's on top, us holds
 #     none, no tombstone reached control;
@@ -159,8 +161,17 @@ check "  ... resumed with us down, it fails visibly and waits" \
     wait_on control 30 "SELECT error LIKE '%cell us%' FROM outbox.relocations WHERE relocation = '$relocation'" t
 check "  ... still in the catch-up, still in us" \
     test "$(step_of):$(on control -c "SELECT outbox.organization_cell(1)")" = catch_up:us
+# Faults that overlap (issue 44: the soak's lost write came after them):
+# control shut down and started again while us is down, then us stopped
+# a second time right after it came back.
+cell_stop control
+sleep 1
+cell_start control
 cell_start us
 kill_worker us
+cell_stop us
+sleep 1
+cell_start us
 echo "control's mover killed again"
 kill_worker control 'pg_outbox mover'
 check "the move completes" \

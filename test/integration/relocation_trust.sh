@@ -6,7 +6,8 @@
 #   - control's link role in a cell drives only moves control recorded: a
 #     prepare of a made-up move, as source and as target, or of a recorded
 #     move with another organization, is refused (42501) and changes
-#     nothing (the cell asks control over its own link);
+#     nothing (the cell asks control over its own link); every other
+#     operation of a made-up move is refused (42704) and changes nothing;
 #   - writes through a partition during a move: an UPDATE in the source
 #     reaches the target, an INSERT in the fenced target and a TRUNCATE of
 #     a partition are refused as through the parent; so are writes through
@@ -42,22 +43,52 @@ source "$root/test/harness/move_cells.sh"
 source "$root/test/harness/check.sh"
 writers=
 trap 'kill $writers 2>/dev/null; move_cells_stop' EXIT
-move_cells_setup || exit 1
+# Every lock wait of 10 ms or more is logged, with the waiter's
+# application_name (a writer's: "writer <org>:<project>"), and each DDL
+# statement with its process (which a wait names as the holder).
+move_cells_setup "log_lock_waits = on" "deadlock_timeout = 10ms" "log_min_messages = log" \
+    "log_line_prefix = '%m [%p] %a '" "log_statement = ddl" || exit 1
 
 as_link() { ON_USER=outbox_link_control state_of "$@"; }
 new_uuid() { on control -c "SELECT gen_random_uuid()"; }
 
 echo "Control's link role in a cell drives only the moves control recorded"
 fake=$(new_uuid)
+triggers_sql="SELECT string_agg(tgname || ' ' || tgrelid::regclass || ' ' || tgenabled::text, ',' ORDER BY oid) FROM pg_trigger WHERE tgname LIKE 'pg_outbox_move_%'"
+triggers_before=$(on us -c "$triggers_sql")
 check "a prepare of a move control never recorded is refused (42501)" \
     test "$(as_link us "SELECT outbox.relocation_peer(1, 'prepare', '{\"relocation\": \"$fake\", \"side\": \"source\", \"organization\": 2, \"from\": \"us\", \"to\": \"eu\"}')")" = 42501
-check "  ... us recorded nothing of it and installed no trigger for it" \
-    test "$(on us -c "SELECT count(*) FROM outbox.organization_moves WHERE relocation = '$fake'"):$(on us -c "SELECT count(*) FROM pg_trigger WHERE tgfoid = 'outbox._move_trigger()'::regprocedure")" = 0:0
+check "  ... us recorded nothing of it and changed no trigger for it" \
+    test "$(on us -c "SELECT count(*) FROM outbox.organization_moves WHERE relocation = '$fake'"):$(on us -c "$triggers_sql")" = "0:$triggers_before"
 fake_target=$(new_uuid)
 check "a prepare as the target of a made-up move is refused in eu (42501)" \
     test "$(as_link eu "SELECT outbox.relocation_peer(1, 'prepare', '{\"relocation\": \"$fake_target\", \"side\": \"target\", \"organization\": 7, \"from\": \"us\", \"to\": \"eu\"}')")" = 42501
 check "  ... eu fences nothing for it" \
     test "$(on eu -c "SELECT count(*) FROM outbox.organization_moves WHERE relocation = '$fake_target'")" = 0
+
+# Every other operation of the peer function, with a made-up move, in
+# either cell: refused (42704: no such move of this cell), and nothing
+# written; a made-up operation: 22023; a cancel of a made-up move: nothing
+# to cancel, nothing done.
+state_sql="SELECT (SELECT count(*) FROM outbox.organization_moves) || '/' || (SELECT count(*) FROM outbox.move_changes)
+             || '/' || (SELECT count(*) FROM outbox.relocation_rows) || '/' || (SELECT count(*) FROM outbox.move_members)
+             || '/' || (SELECT count(*) FROM outbox.paused_shards) || '/' || (SELECT count(*) FROM organization)"
+for cell in us eu; do
+    before=$(on "$cell" -c "$state_sql")
+    refused=
+    for op in export chunk changes fence in_flight drained delete finish stage import apply lift release; do
+        got=$(as_link "$cell" "SELECT outbox.relocation_peer(1, '$op', '{\"relocation\": \"$fake\", \"changes\": [], \"chunk\": {}}')")
+        [[ $got == 42704 ]] || refused="$refused $op:$got"
+    done
+    check "in $cell, each step's operation of a made-up move is refused (42704)" test -z "$refused" ||
+        echo "  not refused as 42704:$refused" >&2
+    check "  ... a made-up operation too (22023)" \
+        test "$(as_link "$cell" "SELECT outbox.relocation_peer(1, 'drop_everything', '{\"relocation\": \"$fake\"}')")" = 22023
+    check "  ... a cancel of it does nothing" \
+        test "$(ON_USER=outbox_link_control on "$cell" -c "SELECT outbox.relocation_peer(1, 'cancel', '{\"relocation\": \"$fake\"}')->>'deleted'")" = 0
+    check "  ... and $cell's moves, change log, staging, members, paused shards and organizations are as they were" \
+        test "$(on "$cell" -c "$state_sql")" = "$before"
+done
 
 echo "Writes through a partition while organization 1 moves"
 # The move holds itself (paused) when it reaches its catch-up, before its
@@ -154,6 +185,19 @@ wait $writers
 longest() { awk -v org="$1" '$1 == org && $2 > m { m = $2 } END { printf "%d", m * 1000 }' "$work/latency"; }
 echo "# longest waits through the move (ms): organization 1 (moving) $(longest 1)," \
      "2 (us) $(longest 2), 3 (eu) $(longest 3)"
+# Each lock wait of the other tenants' writers, the table, and what its
+# holder ran as DDL (the test's own partition and trigger, or the move's).
+for cell in us eu; do
+    grep -h -A1 'writer [23]:.*still waiting' "${CELL_DIR[$cell]}/server.log" | head -6 |
+        while IFS= read -r line; do
+            if [[ $line =~ on\ relation\ ([0-9]+) ]]; then
+                line="$line (table $(on "$cell" -c "SELECT ${BASH_REMATCH[1]}::regclass"))"
+            elif [[ $line =~ holding\ the\ lock:\ ([0-9]+) ]]; then
+                line="$line; it ran: $(grep -h "\[${BASH_REMATCH[1]}\].*statement:" "${CELL_DIR[$cell]}/server.log" | sed 's/.*statement: //' | head -2 | tr '\n' ' ')"
+            fi
+            echo "# $cell: $line"
+        done
+done
 # The issue's goal is 50 ms for another tenant; the bound here is generous
 # for a shared 2-core machine (bench/relocation/tenants.sh measures).
 check "another tenant's writer in the source never waits on the move for 200 ms" \

@@ -1,20 +1,15 @@
 ------------------------------------------------------------------------------
 -- Relocation (SPEC section 12): scopes, roots, the model check, the export
 ------------------------------------------------------------------------------
--- The body of outbox.set_relocation_scope, run as the extension's owner once
--- the C gate checked that the caller owns tbl (a superuser owns every
--- table).  Sentry checks a model's __relocation_scope__ when its class is
--- defined: the same rules here, when it is set.
-CREATE OR REPLACE FUNCTION outbox._set_relocation_scope(tbl regclass, scopes text[],
-    scope_function regprocedure, plain_columns name[]) RETURNS void
-LANGUAGE plpgsql
+-- tbl can take a relocation scope: an application's own table (not a
+-- view, a system catalog, another extension's or pg_outbox's table, a
+-- partition or a temporary table).  Returns its owner and row type.
+CREATE OR REPLACE FUNCTION outbox._scope_table(tbl regclass, OUT relowner oid, OUT reltype oid)
+LANGUAGE plpgsql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     rel record;
-    fn record;
-    scope text;
-    col name;
 BEGIN
     SELECT c.relkind, c.relispartition, c.relpersistence, c.relnamespace, c.reltype,
            c.relowner, n.nspname,
@@ -39,6 +34,27 @@ BEGIN
     ELSIF rel.relpersistence = 't' THEN
         RAISE EXCEPTION 'tbl % is a temporary table', tbl USING ERRCODE = 'wrong_object_type';
     END IF;
+    relowner := rel.relowner;
+    reltype := rel.reltype;
+END
+$$;
+
+-- The body of outbox.set_relocation_scope, run as the extension's owner once
+-- the C gate checked that the caller owns tbl (a superuser owns every
+-- table).  Sentry checks a model's __relocation_scope__ when its class is
+-- defined: the same rules here, when it is set.
+CREATE OR REPLACE FUNCTION outbox._set_relocation_scope(tbl regclass, scopes text[],
+    scope_function regprocedure, plain_columns name[]) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    rel record;
+    fn record;
+    scope text;
+    col name;
+BEGIN
+    SELECT * INTO rel FROM outbox._scope_table(tbl);
 
     PERFORM outbox._require(scopes, 'scopes');
     IF cardinality(scopes) = 0 OR array_ndims(scopes) <> 1 THEN
@@ -101,6 +117,7 @@ BEGIN
     ON CONFLICT (relid) DO UPDATE
         SET scopes = excluded.scopes, scope_function = excluded.scope_function,
             plain_columns = excluded.plain_columns;
+    PERFORM outbox._move_equip_cell();
 END
 $$;
 
@@ -140,6 +157,7 @@ BEGIN
     END IF;
     INSERT INTO outbox.relocation_roots AS r (scope, relid) VALUES (scope, tbl)
     ON CONFLICT ON CONSTRAINT relocation_roots_pkey DO UPDATE SET relid = excluded.relid;
+    PERFORM outbox._move_equip_cell();
 END
 $$;
 

@@ -103,6 +103,120 @@ BEGIN
 END
 $$;
 
+-- The columns of table v_model (rel here, primary key pk) that an import
+-- writes: the export's, as the manifest types them, each of which must be
+-- here and assignable; no NOT NULL column here without a default that the
+-- export lacks.
+CREATE OR REPLACE FUNCTION outbox._relocation_plan_columns(v_model text, rel regclass, pk name,
+                                                           manifest jsonb)
+RETURNS text[]
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    col record;
+    cols text[];
+BEGIN
+    -- The export's columns, as the manifest types them.
+    cols := '{}';
+    FOR col IN SELECT c.key AS name, c.value AS source_type, a.attname, a.attgenerated,
+                      format_type(a.atttypid, a.atttypmod) AS target_type,
+                      a.atttypid = to_regtype(c.value)
+                      OR EXISTS (SELECT FROM pg_cast k
+                                  WHERE k.castsource = to_regtype(c.value)
+                                    AND k.casttarget = a.atttypid
+                                    AND k.castcontext IN ('i', 'a')) AS assignable
+                 FROM jsonb_each_text(manifest->'columns'->v_model) c
+                 LEFT JOIN pg_attribute a ON a.attrelid = rel AND a.attname = c.key
+                                         AND a.attnum > 0 AND NOT a.attisdropped
+                ORDER BY c.key LOOP
+        IF col.attname IS NULL THEN
+            RAISE EXCEPTION 'column %.% of the export does not exist here', v_model, col.name
+                USING ERRCODE = 'undefined_column';
+        ELSIF NOT col.assignable THEN
+            RAISE EXCEPTION 'column %.% is % in the export but % here', v_model, col.name,
+                col.source_type, col.target_type USING ERRCODE = 'datatype_mismatch';
+        END IF;
+        IF col.attgenerated = '' AND col.name <> pk THEN
+            cols := cols || col.name;
+        END IF;
+    END LOOP;
+    SELECT a.attname INTO col
+      FROM pg_attribute a
+     WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull
+       AND a.attgenerated = '' AND a.attidentity = '' AND NOT a.atthasdef
+       AND NOT (manifest->'columns'->v_model) ? a.attname
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'column %.% is NOT NULL without a default here, and not in the export',
+            v_model, col.attname USING ERRCODE = 'not_null_violation';
+    END IF;
+    RETURN cols;
+END
+$$;
+
+-- The references of table v_model (rel here, position pos in the export's
+-- order): foreign keys of one column to a primary key, and registered
+-- cross-silo references.  A reference to a table the export writes is
+-- mapped (deferred when the manifest says so, else its parent comes
+-- first); one outside the export keeps its values; a cross-silo one names
+-- users.
+CREATE OR REPLACE FUNCTION outbox._relocation_plan_refs(v_model text, rel regclass, pos int,
+                                                        manifest jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    deferred text[];
+    refs jsonb;
+    ref record;
+    parent_position int;
+BEGIN
+    deferred := ARRAY(SELECT jsonb_array_elements_text(manifest->'deferred'->v_model));
+    refs := '[]';
+    FOR ref IN
+        SELECT a.attname::text AS column_name,
+               outbox._relocation_table_key(coalesce(pg_partition_root(k.confrelid),
+                                                     k.confrelid)::regclass) AS parent,
+               false AS cross_silo
+          FROM pg_constraint k
+          JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
+         WHERE k.conrelid = rel AND k.contype = 'f' AND cardinality(k.conkey) = 1
+           AND EXISTS (SELECT FROM pg_index i
+                        WHERE i.indrelid = k.confrelid AND i.indisprimary
+                          AND i.indnkeyatts = 1 AND i.indkey[0] = k.confkey[1])
+        UNION ALL
+        SELECT f.column_name::text, f.parent_table, true
+          FROM outbox.registered_foreign_keys f WHERE f.relid = rel
+         ORDER BY 1
+    LOOP
+        parent_position := (SELECT o.n FROM jsonb_array_elements_text(manifest->'order')
+                                             WITH ORDINALITY o(value, n)
+                             WHERE o.value = ref.parent);
+        IF parent_position IS NULL AND NOT ref.cross_silo THEN
+            CONTINUE; -- a table outside the export (Global, Config): values kept
+        END IF;
+        IF parent_position IS NULL THEN
+            refs := refs || jsonb_build_object('column', ref.column_name, 'parent', ref.parent,
+                                               'kind', 'users', 'deferred', false);
+            CONTINUE;
+        END IF;
+        IF parent_position >= pos AND NOT ref.column_name = ANY (deferred) THEN
+            RAISE EXCEPTION 'column %.% refers to %, which the export writes % it',
+                v_model, ref.column_name, ref.parent,
+                CASE WHEN parent_position = pos THEN 'with' ELSE 'after' END
+                USING ERRCODE = 'object_not_in_prerequisite_state',
+                      DETAIL = 'The export was made with other foreign keys than these.';
+        END IF;
+        refs := refs || jsonb_build_object('column', ref.column_name, 'parent', ref.parent,
+                                           'kind', 'map',
+                                           'deferred', ref.column_name = ANY (deferred));
+    END LOOP;
+    RETURN refs;
+END
+$$;
+
 -- What an import of the export needs to know of each of its tables here,
 -- in the export's order, checked against this database's catalog before
 -- anything is written: every table and column of the export present, of a
@@ -124,14 +238,10 @@ DECLARE
     rel regclass;
     pk name;
     seq text;
-    col record;
     cols text[];
     refs jsonb;
-    ref record;
-    parent_position int;
     span record;
     hook text;
-    deferred text[];
 BEGIN
     FOR v_model IN SELECT o.value FROM jsonb_array_elements_text(manifest->'order')
                                     WITH ORDINALITY o(value, n) ORDER BY o.n LOOP
@@ -156,83 +266,8 @@ BEGIN
                 USING ERRCODE = 'object_not_in_prerequisite_state',
                       DETAIL = 'An import takes new primary keys from the column''s sequence (serial or identity).';
         END IF;
-        -- The export's columns, as the manifest types them.
-        cols := '{}';
-        FOR col IN SELECT c.key AS name, c.value AS source_type, a.attname, a.attgenerated,
-                          format_type(a.atttypid, a.atttypmod) AS target_type,
-                          a.atttypid = to_regtype(c.value)
-                          OR EXISTS (SELECT FROM pg_cast k
-                                      WHERE k.castsource = to_regtype(c.value)
-                                        AND k.casttarget = a.atttypid
-                                        AND k.castcontext IN ('i', 'a')) AS assignable
-                     FROM jsonb_each_text(manifest->'columns'->v_model) c
-                     LEFT JOIN pg_attribute a ON a.attrelid = rel AND a.attname = c.key
-                                             AND a.attnum > 0 AND NOT a.attisdropped
-                    ORDER BY c.key LOOP
-            IF col.attname IS NULL THEN
-                RAISE EXCEPTION 'column %.% of the export does not exist here', v_model, col.name
-                    USING ERRCODE = 'undefined_column';
-            ELSIF NOT col.assignable THEN
-                RAISE EXCEPTION 'column %.% is % in the export but % here', v_model, col.name,
-                    col.source_type, col.target_type USING ERRCODE = 'datatype_mismatch';
-            END IF;
-            IF col.attgenerated = '' AND col.name <> pk THEN
-                cols := cols || col.name;
-            END IF;
-        END LOOP;
-        SELECT a.attname INTO col
-          FROM pg_attribute a
-         WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped AND a.attnotnull
-           AND a.attgenerated = '' AND a.attidentity = '' AND NOT a.atthasdef
-           AND NOT (manifest->'columns'->v_model) ? a.attname
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'column %.% is NOT NULL without a default here, and not in the export',
-                v_model, col.attname USING ERRCODE = 'not_null_violation';
-        END IF;
-
-        -- References: foreign keys of one column to a primary key, and
-        -- registered cross-silo references.
-        deferred := ARRAY(SELECT jsonb_array_elements_text(manifest->'deferred'->v_model));
-        refs := '[]';
-        FOR ref IN
-            SELECT a.attname::text AS column_name,
-                   outbox._relocation_table_key(coalesce(pg_partition_root(k.confrelid),
-                                                         k.confrelid)::regclass) AS parent,
-                   false AS cross_silo
-              FROM pg_constraint k
-              JOIN pg_attribute a ON a.attrelid = k.conrelid AND a.attnum = k.conkey[1]
-             WHERE k.conrelid = rel AND k.contype = 'f' AND cardinality(k.conkey) = 1
-               AND EXISTS (SELECT FROM pg_index i
-                            WHERE i.indrelid = k.confrelid AND i.indisprimary
-                              AND i.indnkeyatts = 1 AND i.indkey[0] = k.confkey[1])
-            UNION ALL
-            SELECT f.column_name::text, f.parent_table, true
-              FROM outbox.registered_foreign_keys f WHERE f.relid = rel
-             ORDER BY 1
-        LOOP
-            parent_position := (SELECT o.n FROM jsonb_array_elements_text(manifest->'order')
-                                                 WITH ORDINALITY o(value, n)
-                                 WHERE o.value = ref.parent);
-            IF parent_position IS NULL AND NOT ref.cross_silo THEN
-                CONTINUE; -- a table outside the export (Global, Config): values kept
-            END IF;
-            IF parent_position IS NULL THEN
-                refs := refs || jsonb_build_object('column', ref.column_name, 'parent', ref.parent,
-                                                   'kind', 'users', 'deferred', false);
-                CONTINUE;
-            END IF;
-            IF parent_position >= pos AND NOT ref.column_name = ANY (deferred) THEN
-                RAISE EXCEPTION 'column %.% refers to %, which the export writes % it',
-                    v_model, ref.column_name, ref.parent,
-                    CASE WHEN parent_position = pos THEN 'with' ELSE 'after' END
-                    USING ERRCODE = 'object_not_in_prerequisite_state',
-                          DETAIL = 'The export was made with other foreign keys than these.';
-            END IF;
-            refs := refs || jsonb_build_object('column', ref.column_name, 'parent', ref.parent,
-                                               'kind', 'map',
-                                               'deferred', ref.column_name = ANY (deferred));
-        END LOOP;
+        cols := outbox._relocation_plan_columns(v_model, rel, pk, manifest);
+        refs := outbox._relocation_plan_refs(v_model, rel, pos, manifest);
 
         SELECT min(s.ordinal) AS first, max(s.ordinal) AS last, count(*) AS n INTO span
           FROM outbox.relocation_rows s WHERE s.relocation = p_relocation AND s.model = v_model;

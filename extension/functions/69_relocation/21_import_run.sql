@@ -1,5 +1,51 @@
 -- Relocation, part 2: the import's steps (20_import_plan.sql plans them).
 
+-- A row of table entry (rel) that a unique key refused (its key in the
+-- export: old_key): the collision hook's row instead, written with
+-- strict_sql, or the error naming the row and the constraint.
+CREATE OR REPLACE FUNCTION outbox._import_collided(st outbox.relocation_state, entry jsonb,
+    rel regclass, strict_sql text, collided_row jsonb, old_key bigint) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    replacement jsonb;
+    detail text;
+    constraint_name text;
+BEGIN
+    replacement := collided_row;
+    IF entry->>'hook' IS NOT NULL THEN
+        replacement := (outbox._run_as_table_owner(rel,
+            format('SELECT %s(%L::uuid, j) FROM pg_catalog.unnest($1) j', entry->>'hook',
+                   st.relocation), ARRAY[collided_row]))[1];
+        IF replacement IS NULL OR jsonb_typeof(replacement) <> 'object' THEN
+            RAISE EXCEPTION 'relocation %: the collision hook % of % returned % for row % instead of a row',
+                st.relocation, entry->>'hook', entry->>'model', coalesce(replacement::text, 'NULL'),
+                old_key USING ERRCODE = 'invalid_parameter_value';
+        END IF;
+        replacement := replacement || jsonb_build_object(entry->>'pk', collided_row->(entry->>'pk'));
+        UPDATE outbox.relocation_pk_map m SET replaced = replacement
+         WHERE m.relocation = st.relocation AND m.table_key = entry->>'model'
+           AND m.old = old_key;
+    END IF;
+    BEGIN
+        PERFORM outbox._relocation_write(st, rel,
+            format('WITH w AS (%s RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
+                   strict_sql, entry->>'pk', entry->>'pk'), ARRAY[replacement]);
+    EXCEPTION WHEN unique_violation OR exclusion_violation THEN
+        GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, constraint_name = CONSTRAINT_NAME;
+        RAISE EXCEPTION 'relocation %: row % of % collides with a row here on %',
+            st.relocation, old_key, entry->>'model', constraint_name
+            USING ERRCODE = 'unique_violation', CONSTRAINT = constraint_name,
+                  DETAIL = format('%s Row: %s', detail, replacement),
+                  HINT = CASE WHEN entry->>'hook' IS NULL THEN format(
+                      'Register a collision hook: SELECT outbox.set_relocation_collision_hook(%L, ...), then CALL the import again.',
+                      entry->>'table')
+                      ELSE format('The collision hook %s returned a row that collides too.', entry->>'hook') END;
+    END;
+END
+$$;
+
 -- Inserts the rows of one table between ordinals lo and hi, in the
 -- transaction of the chunk: new keys, their map, the rows, and for each row
 -- a unique key refused, the table's collision hook or an error naming it.
@@ -17,9 +63,6 @@ DECLARE
     insert_sql text;
     strict_sql text;
     collided record;
-    replacement jsonb;
-    detail text;
-    constraint_name text;
     columns text;
 BEGIN
     SELECT array_agg(s.pk ORDER BY s.ordinal) INTO olds FROM outbox.relocation_rows s
@@ -60,36 +103,7 @@ BEGIN
                       FROM unnest(rows_to_write) WITH ORDINALITY u(row, n)
                      WHERE NOT u.row->(entry->>'pk') = ANY (written)
                      ORDER BY u.n LOOP
-        replacement := collided.row;
-        IF entry->>'hook' IS NOT NULL THEN
-            replacement := (outbox._run_as_table_owner(rel,
-                format('SELECT %s(%L::uuid, j) FROM pg_catalog.unnest($1) j', entry->>'hook',
-                       st.relocation), ARRAY[collided.row]))[1];
-            IF replacement IS NULL OR jsonb_typeof(replacement) <> 'object' THEN
-                RAISE EXCEPTION 'relocation %: the collision hook % of % returned % for row % instead of a row',
-                    st.relocation, entry->>'hook', entry->>'model', coalesce(replacement::text, 'NULL'),
-                    olds[collided.n] USING ERRCODE = 'invalid_parameter_value';
-            END IF;
-            replacement := replacement || jsonb_build_object(entry->>'pk', collided.row->(entry->>'pk'));
-            UPDATE outbox.relocation_pk_map m SET replaced = replacement
-             WHERE m.relocation = st.relocation AND m.table_key = entry->>'model'
-               AND m.old = olds[collided.n];
-        END IF;
-        BEGIN
-            PERFORM outbox._relocation_write(st, rel,
-                format('WITH w AS (%s RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                       strict_sql, entry->>'pk', entry->>'pk'), ARRAY[replacement]);
-        EXCEPTION WHEN unique_violation OR exclusion_violation THEN
-            GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, constraint_name = CONSTRAINT_NAME;
-            RAISE EXCEPTION 'relocation %: row % of % collides with a row here on %',
-                st.relocation, olds[collided.n], entry->>'model', constraint_name
-                USING ERRCODE = 'unique_violation', CONSTRAINT = constraint_name,
-                      DETAIL = format('%s Row: %s', detail, replacement),
-                      HINT = CASE WHEN entry->>'hook' IS NULL THEN format(
-                          'Register a collision hook: SELECT outbox.set_relocation_collision_hook(%L, ...), then CALL the import again.',
-                          entry->>'table')
-                          ELSE format('The collision hook %s returned a row that collides too.', entry->>'hook') END;
-        END;
+        PERFORM outbox._import_collided(st, entry, rel, strict_sql, collided.row, olds[collided.n]);
     END LOOP;
     RETURN cardinality(rows_to_write);
 END

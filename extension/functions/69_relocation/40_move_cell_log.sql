@@ -121,6 +121,13 @@ CREATE OR REPLACE FUNCTION outbox._move_trigger() RETURNS trigger
 CREATE OR REPLACE FUNCTION outbox._move_row_trigger() RETURNS trigger
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_row_trigger';
 
+-- Tells every backend, at commit, that outbox.organization_moves changed:
+-- the move triggers keep whether a cell has any move or fence until then
+-- (move_trigger.cpp), so that a cell with none pays no query per
+-- statement.
+CREATE OR REPLACE FUNCTION outbox._move_moves_changed() RETURNS trigger
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__move_moves_changed';
+
 -- The move's triggers here: those of _move_trigger and _move_row_trigger.
 CREATE OR REPLACE FUNCTION outbox._move_triggers()
 RETURNS TABLE (tgname name, rel regclass)
@@ -141,38 +148,77 @@ AS $$
                     WHERE o.side <> 'control' AND o.state NOT IN ('complete', 'cancelled'))
 $$;
 
--- Puts the move triggers on every Organization-scoped table that lacks
--- them, and on each of its partitions: a statement on a partition fires
--- the partition's statement triggers, not its parent's (issue 44: an
--- UPDATE through a partition was not logged, an INSERT through one passed
--- the fence, TRUNCATE of one passed).  A partition's triggers carry its
--- root's table key.  Partitions created or attached while the triggers
--- are in place get them from the DDL guard (outbox._guard_ddl).
-CREATE OR REPLACE FUNCTION outbox._move_install_triggers() RETURNS int
+-- The Organization-scoped tables (and each of their partitions) whose move
+-- triggers are not as they must be: missing, or (unless only_missing) one
+-- of them not enabled ALWAYS or with other arguments (a reference added
+-- since), or a row check too many or too few.  A statement on a partition
+-- fires the partition's statement triggers, not its parent's (issue 44:
+-- an UPDATE through a partition was not logged, an INSERT through one
+-- passed the fence, TRUNCATE of one passed).  A partition's triggers
+-- carry its root's table key.
+CREATE OR REPLACE FUNCTION outbox._move_tables_to_equip(only_missing boolean)
+RETURNS TABLE (relid regclass, args text, row_check boolean)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    WITH root AS (
+        -- No root, no row check (a prepare checks the root).
+        SELECT outbox._relocation_table_key(r.relid) AS model FROM outbox.relocation_roots r
+         WHERE r.scope = 'Organization'
+    ), wanted AS (
+        SELECT p.relid::regclass AS relid,
+               format('%L, %L', m.model, m.pk) || coalesce((
+                   SELECT string_agg(format(', %L, %L', r.value->>'column', r.value->>'parent'), '')
+                     FROM jsonb_array_elements(m.refs) r), '') AS args,
+               coalesce(c.relkind = 'r' AND (m.model = (SELECT model FROM root)
+                   OR m.refs @> jsonb_build_array(jsonb_build_object('parent',
+                                                                     (SELECT model FROM root)))),
+                        false) AS row_check
+          FROM outbox._move_tables() m
+         CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
+          JOIN pg_class c ON c.oid = p.relid
+         WHERE c.relkind IN ('r', 'p')
+    )
+    SELECT w.relid, w.args, w.row_check FROM wanted w
+     WHERE CASE WHEN only_missing
+                THEN NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = w.relid
+                                    AND g.tgname = 'pg_outbox_move_insert')
+                ELSE (SELECT count(*) FILTER (WHERE g.tgenabled = 'A'
+                                                AND right(pg_get_triggerdef(g.oid), length(w.args) + 2)
+                                                    = '(' || w.args || ')')
+                             || '/' || count(*)
+                        FROM pg_trigger g
+                       WHERE g.tgrelid = w.relid
+                         AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure,
+                                          'outbox._move_row_trigger()'::regprocedure))
+                     IS DISTINCT FROM (4 + w.row_check::int) || '/' || (4 + w.row_check::int)
+           END
+$$;
+
+-- Puts the move triggers on each table _move_tables_to_equip names (a
+-- table's triggers that are not as they must be are made again).  They
+-- are in place ahead of any move: set_relocation_scope and
+-- set_relocation_root install them in a cell, and the DDL guard
+-- (outbox._guard_ddl) on each partition created or attached later, so
+-- that a move's prepare takes no lock that writers wait for (issue 44).
+-- Idle, they cost a statement one read of outbox.organization_moves.
+CREATE OR REPLACE FUNCTION outbox._move_install_triggers(only_missing boolean DEFAULT false)
+RETURNS int
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     t record;
-    args text;
+    old record;
     installed int := 0;
-    -- No root, no row check (the DDL guard calls this wherever move
-    -- triggers are, and a prepare has checked the root).
-    root text := (SELECT outbox._relocation_table_key(r.relid) FROM outbox.relocation_roots r
-                   WHERE r.scope = 'Organization');
 BEGIN
-    FOR t IN SELECT p.relid, m.model, m.pk, m.refs,
-                    coalesce(c.relkind = 'r' AND (m.model = root OR m.refs @> jsonb_build_array(
-                        jsonb_build_object('parent', root))), false) AS row_check
-               FROM outbox._move_tables() m
-               CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
-               JOIN pg_class c ON c.oid = p.relid
-              WHERE c.relkind IN ('r', 'p') LOOP
-        CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
-                               WHERE g.tgrelid = t.relid AND g.tgname = 'pg_outbox_move_insert');
-        args := format('%L, %L', t.model, t.pk) || coalesce((
-            SELECT string_agg(format(', %L, %L', r.value->>'column', r.value->>'parent'), '')
-              FROM jsonb_array_elements(t.refs) r), '');
+    FOR t IN SELECT * FROM outbox._move_tables_to_equip(only_missing) LOOP
+        FOR old IN SELECT g.tgname FROM pg_trigger g
+                    WHERE g.tgrelid = t.relid
+                      AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure,
+                                       'outbox._move_row_trigger()'::regprocedure) LOOP
+            EXECUTE format('DROP TRIGGER %I ON %s', old.tgname, t.relid);
+        END LOOP;
         EXECUTE format('CREATE TRIGGER pg_outbox_move_insert AFTER INSERT ON %1$s'
                        ' REFERENCING NEW TABLE AS pg_outbox_new'
                        ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
@@ -188,16 +234,30 @@ BEGIN
                        ' ENABLE ALWAYS TRIGGER pg_outbox_move_update,'
                        ' ENABLE ALWAYS TRIGGER pg_outbox_move_delete,'
                        ' ENABLE ALWAYS TRIGGER pg_outbox_move_truncate',
-                       t.relid, args);
+                       t.relid, t.args);
         IF t.row_check THEN
             EXECUTE format('CREATE TRIGGER pg_outbox_move_row BEFORE INSERT OR UPDATE ON %1$s'
                            ' FOR EACH ROW EXECUTE FUNCTION outbox._move_row_trigger(%2$s);'
                            ' ALTER TABLE %1$s ENABLE ALWAYS TRIGGER pg_outbox_move_row',
-                           t.relid, args);
+                           t.relid, t.args);
         END IF;
         installed := installed + 1;
     END LOOP;
     RETURN installed;
+END
+$$;
+
+-- In a cell, the move triggers ahead of any move (called when a table's
+-- scope or the Organization scope's root is set).
+CREATE OR REPLACE FUNCTION outbox._move_equip_cell() RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF current_setting('outbox.silo_mode') = 'cell'
+       AND EXISTS (SELECT FROM outbox.relocation_roots r WHERE r.scope = 'Organization') THEN
+        PERFORM outbox._move_install_triggers();
+    END IF;
 END
 $$;
 
@@ -268,6 +328,7 @@ DECLARE
     mv outbox.organization_moves;
     root text := outbox._move_root();
     taken jsonb[];
+    equip regclass[];
 BEGIN
     IF p_mode NOT IN ('move', 'fork') THEN
         RAISE EXCEPTION 'relocation %: mode % is not one of relocation protocol 1', p_relocation,
@@ -278,6 +339,11 @@ BEGIN
         RAISE EXCEPTION 'relocation %: cell % cannot be the % of a move from % to %', p_relocation,
             cell, p_side, argument->>'from', argument->>'to' USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- What a cancelled move's log got after its cancel: a writer whose
+    -- statement logged before the cancel committed, and which committed
+    -- after (the cancel waits for no writer: it takes no lock).
+    DELETE FROM outbox.move_changes c USING outbox.organization_moves o
+     WHERE o.relocation = c.relocation AND o.state = 'cancelled';
     SELECT * INTO mv FROM outbox.organization_moves o WHERE o.relocation = p_relocation;
     IF FOUND THEN
         IF mv.side <> p_side OR mv.organization <> p_organization THEN
@@ -320,15 +386,16 @@ BEGIN
         INSERT INTO outbox.move_members (relocation, model, pk, present)
         VALUES (p_relocation, root, p_organization, true);
     END IF;
-    -- CREATE TRIGGER's lock waits behind the writers' transactions, and
-    -- every writer that comes later waits behind it: at most 50 ms at a
-    -- time (it never deadlocks with a writer either: 40P01 went to an
-    -- application once).
-    PERFORM outbox._move_lock_tables(ARRAY(
-        SELECT p.relid FROM outbox._move_tables() m
-         CROSS JOIN LATERAL outbox._partition_tree(m.relid) p
-          JOIN pg_class c ON c.oid = p.relid
-         WHERE c.relkind IN ('r', 'p')), 'SHARE ROW EXCLUSIVE');
+    -- The triggers are in place ahead of the move (_move_equip_cell); a
+    -- table's that are not (dropped or disabled between moves, a
+    -- partition older than them, a reference added since) are made again
+    -- here.  Their DDL's lock waits behind the writers' transactions and
+    -- every later writer waits behind it: at most 50 ms at a time, never
+    -- a deadlock with a writer (40P01 went to an application once).
+    equip := ARRAY(SELECT e.relid FROM outbox._move_tables_to_equip(false) e);
+    IF cardinality(equip) > 0 THEN
+        PERFORM outbox._move_lock_tables(equip, 'ACCESS EXCLUSIVE');
+    END IF;
     RETURN jsonb_build_object('prepared', true, 'triggers', outbox._move_install_triggers());
 END
 $$;
@@ -342,9 +409,29 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     total bigint;
+    writers text[];
 BEGIN
     IF mv.plan ? 'order' THEN
         RETURN jsonb_build_object('rows', mv.rows_total);
+    END IF;
+    IF mv.mode = 'move' THEN
+        -- A statement that ran before the prepare committed found no move
+        -- to log for (the triggers were in place already, idle): its
+        -- transaction must end before the export's snapshot, or its write
+        -- would be in neither.  The writers running when first asked
+        -- (after the prepare), as in_flight asks; the export waits, not
+        -- they.
+        IF mv.plan ? 'writers' THEN
+            writers := ARRAY(SELECT jsonb_array_elements_text(mv.plan->'writers'));
+        ELSE
+            writers := outbox._move_writers();
+            UPDATE outbox.organization_moves o
+               SET plan = o.plan || jsonb_build_object('writers', to_jsonb(writers))
+             WHERE o.relocation = mv.relocation;
+        END IF;
+        IF outbox._move_running(writers) > 0 THEN
+            RETURN jsonb_build_object('waiting', outbox._move_running(writers));
+        END IF;
     END IF;
     INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
     SELECT mv.relocation, e.ordinal, e.model, e.pk, e.fields
@@ -379,3 +466,9 @@ AS $$
                       entry->>'qualified', entry->>'pk'),
                ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k))) r
 $$;
+
+-- After the functions the DDL guard calls (_moving_here above): it runs
+-- for this trigger too.
+CREATE OR REPLACE TRIGGER moves_changed AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE
+    ON outbox.organization_moves FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_moves_changed();
+ALTER TABLE outbox.organization_moves ENABLE ALWAYS TRIGGER moves_changed;

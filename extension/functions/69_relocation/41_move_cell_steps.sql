@@ -361,8 +361,8 @@ $$;
 
 -- cancel (either side, before the cutover): the target removes what it
 -- received (without outbox rows: it wrote them without), both forget
--- the move's staging, change log and members, lift their fence, and drop
--- the triggers when no other move needs them.  The source is as it was.
+-- the move's staging, change log and members, and lift their fence.  The
+-- triggers stay, idle, for the next move.  The source is as it was.
 -- Returns the rows deleted.
 CREATE OR REPLACE FUNCTION outbox._move_cancel_here(mv outbox.organization_moves) RETURNS jsonb
 LANGUAGE plpgsql
@@ -373,7 +373,6 @@ DECLARE
     entry jsonb;
     deleted bigint := 0;
     keys jsonb[];
-    t record;
 BEGIN
     IF mv.state = 'cancelled' THEN
         RETURN jsonb_build_object('deleted', 0);
@@ -418,14 +417,6 @@ BEGIN
     DELETE FROM outbox.move_changes c WHERE c.relocation = mv.relocation;
     DELETE FROM outbox.move_members mm WHERE mm.relocation = mv.relocation;
     DELETE FROM outbox.relocation_rows s WHERE s.relocation = mv.relocation;
-    -- The triggers go when nothing here needs them: no move under way, no
-    -- source that stays fenced for an organization it gave away.
-    IF NOT outbox._moving_here() AND NOT EXISTS (
-        SELECT FROM outbox.organization_moves o WHERE o.side = 'source' AND o.fenced) THEN
-        FOR t IN SELECT * FROM outbox._move_triggers() LOOP
-            EXECUTE format('DROP TRIGGER %I ON %s', t.tgname, t.rel);
-        END LOOP;
-    END IF;
     RETURN jsonb_build_object('deleted', deleted);
 END
 $$;

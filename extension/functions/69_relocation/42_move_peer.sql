@@ -188,7 +188,7 @@ BEGIN
     WHEN 'apply' THEN
         RETURN outbox._move_apply(mv, argument->'changes');
     WHEN 'lift' THEN
-        RETURN outbox._move_lift(mv);
+        RETURN outbox._move_lift(mv, argument->'scopes');
     WHEN 'release' THEN
         RETURN outbox._move_release(mv);
     END CASE;
@@ -204,13 +204,9 @@ AS $$
 DECLARE
     mv outbox.organization_moves;
 BEGIN
-    -- The tables whose move triggers the cancel may drop are locked
-    -- before the move's row: a writer's trigger logs into
-    -- move_changes, whose key check waits for that row, while holding
-    -- its table, which DROP TRIGGER would wait for (a deadlock, seen).
-    -- Each wait at most 50 ms, retried (_move_lock_tables).
-    PERFORM outbox._move_lock_tables(ARRAY(SELECT m.rel FROM outbox._move_triggers() m),
-                                     'ACCESS EXCLUSIVE');
+    -- No lock on the tables: the move's triggers stay, idle, for the
+    -- next move (issue 44: the cancel's DROP TRIGGER queued behind
+    -- another tenant's transaction stopped every writer of the table).
     SELECT * INTO mv FROM outbox.organization_moves o
      WHERE o.relocation = relocation AND o.side <> 'control' FOR NO KEY UPDATE;
     IF NOT FOUND THEN
@@ -222,19 +218,24 @@ $$;
 
 -- lift (target, at the switch): the fence lifts; the organization's
 -- messages written here from then on wait until release.
-CREATE OR REPLACE FUNCTION outbox._move_lift(mv outbox.organization_moves) RETURNS jsonb
+-- scopes: the names of the scopes whose shard identifiers are
+-- organizations (control's outbox.organization_scopes); none, every scope.
+CREATE OR REPLACE FUNCTION outbox._move_lift(mv outbox.organization_moves, scopes jsonb)
+RETURNS jsonb
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
     -- The organization's messages written here from now on wait (its
-    -- shards paused, in every scope of this cell, unless paused
-    -- already) until release: control takes the source's first.
+    -- shards paused, in each scope of organizations, unless paused
+    -- already) until release: control takes the source's first.  A
+    -- user's shard whose id is the organization's is not held.
     IF mv.step <> 'lifted' THEN
         PERFORM outbox._move_walk_tombstones_again(mv);
         WITH held AS (
             INSERT INTO outbox.paused_shards (silo, shard_scope, shard_identifier)
             SELECT 'cell', s.id, mv.organization FROM outbox.scopes s
+             WHERE coalesce(jsonb_array_length(scopes), 0) = 0 OR scopes ? s.name
             ON CONFLICT DO NOTHING RETURNING shard_scope)
         SELECT coalesce(mv.plan, '{}') || jsonb_build_object('held',
                    coalesce(jsonb_agg(h.shard_scope), '[]'))

@@ -2,6 +2,55 @@
 -- has the other steps; control drives them through relocation_peer,
 -- 42_move_peer.sql).
 
+-- The source's word is not taken for whose rows these are (issue 44): a
+-- changed row of table entry is written only when it is the
+-- organization's by the export's rule (its root, or a reference leading to
+-- a row of the move here, parents first), and never over a row of this
+-- cell that is not the move's (another organization's, whose key a writer
+-- in the source took: the move fails, naming the row).
+CREATE OR REPLACE FUNCTION outbox._move_apply_check(mv outbox.organization_moves, entry jsonb,
+                                                    rows_to_write jsonb[])
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    outsider text;
+BEGIN
+    SELECT w->>(entry->>'pk') INTO outsider FROM unnest(rows_to_write) w
+     WHERE NOT (entry->>'model' = mv.plan->>'root'
+                AND (w->>(entry->>'pk'))::bigint = mv.organization)
+       AND NOT EXISTS (
+           SELECT FROM jsonb_array_elements(entry->'refs') x
+             JOIN outbox.move_members mm
+               ON mm.relocation = mv.relocation AND mm.model = x.value->>'parent' AND mm.present
+              AND mm.pk = (w->>(x.value->>'column'))::bigint
+            WHERE x.value->>'kind' = 'map' AND NOT (x.value->>'deferred')::boolean)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'relocation %: row % of % in the catch-up is not organization %''s',
+            mv.relocation, outsider, entry->>'model', mv.organization
+            USING ERRCODE = 'insufficient_privilege';
+    END IF;
+    SELECT k #>> '{}' INTO outsider
+      FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
+               format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
+                      ' (j OPERATOR(pg_catalog.->>) %L)::bigint FROM pg_catalog.unnest($1) j)',
+                      entry->>'pk', entry->>'qualified', entry->>'pk', entry->>'pk'),
+               rows_to_write)) k
+     WHERE NOT EXISTS (SELECT FROM outbox.move_members mm
+                        WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
+                          AND mm.pk = (k #>> '{}')::bigint)
+     LIMIT 1;
+    IF FOUND THEN
+        RAISE EXCEPTION 'relocation %: the catch-up would overwrite row % of %, which is not organization %''s',
+            mv.relocation, outsider, entry->>'model', mv.organization
+            USING ERRCODE = 'unique_violation',
+                  HINT = 'A writer in the source gave a row of the organization a key this cell uses: remove that row in the source, or cancel the move.';
+    END IF;
+END
+$$;
+
 -- apply (target): the source's changes, in its table order: rows written
 -- (their cycle-breaking columns after every row of the batch), then rows
 -- deleted, children first.
@@ -17,14 +66,7 @@ DECLARE
     cols text[];
     deferred text[];
     applied int := 0;
-    outsider text;
 BEGIN
-    -- The source's word is not taken for whose rows these are (issue 44):
-    -- a changed row is written only when it is the organization's by the
-    -- export's rule (its root, or a reference leading to a row of the
-    -- move here, parents first), and never over a row of this cell that is
-    -- not the move's (another organization's, whose key a writer in the
-    -- source took: the move fails, naming the row).
     FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)
                   ORDER BY e.n LOOP
         rows_to_write := ARRAY(SELECT c->'fields' || jsonb_build_object(entry->>'pk', c->'pk')
@@ -32,37 +74,7 @@ BEGIN
                                 WHERE c->>'model' = entry->>'model'
                                   AND jsonb_typeof(c->'fields') = 'object');
         CONTINUE WHEN cardinality(rows_to_write) = 0;
-        SELECT w->>(entry->>'pk') INTO outsider FROM unnest(rows_to_write) w
-         WHERE NOT (entry->>'model' = mv.plan->>'root'
-                    AND (w->>(entry->>'pk'))::bigint = mv.organization)
-           AND NOT EXISTS (
-               SELECT FROM jsonb_array_elements(entry->'refs') x
-                 JOIN outbox.move_members mm
-                   ON mm.relocation = mv.relocation AND mm.model = x.value->>'parent' AND mm.present
-                  AND mm.pk = (w->>(x.value->>'column'))::bigint
-                WHERE x.value->>'kind' = 'map' AND NOT (x.value->>'deferred')::boolean)
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'relocation %: row % of % in the catch-up is not organization %''s',
-                mv.relocation, outsider, entry->>'model', mv.organization
-                USING ERRCODE = 'insufficient_privilege';
-        END IF;
-        SELECT k #>> '{}' INTO outsider
-          FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-                   format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
-                          ' (j OPERATOR(pg_catalog.->>) %L)::bigint FROM pg_catalog.unnest($1) j)',
-                          entry->>'pk', entry->>'qualified', entry->>'pk', entry->>'pk'),
-                   rows_to_write)) k
-         WHERE NOT EXISTS (SELECT FROM outbox.move_members mm
-                            WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
-                              AND mm.pk = (k #>> '{}')::bigint)
-         LIMIT 1;
-        IF FOUND THEN
-            RAISE EXCEPTION 'relocation %: the catch-up would overwrite row % of %, which is not organization %''s',
-                mv.relocation, outsider, entry->>'model', mv.organization
-                USING ERRCODE = 'unique_violation',
-                      HINT = 'A writer in the source gave a row of the organization a key this cell uses: remove that row in the source, or cancel the move.';
-        END IF;
+        PERFORM outbox._move_apply_check(mv, entry, rows_to_write);
         deferred := outbox._relocation_deferred(entry);
         cols := ARRAY(SELECT jsonb_array_elements_text(entry->'columns') EXCEPT SELECT unnest(deferred));
         applied := applied + cardinality(outbox._run_as_table_owner_uncaptured(

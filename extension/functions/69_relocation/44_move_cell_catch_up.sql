@@ -3,6 +3,37 @@
 -- the other steps: 40_move_cell_log.sql, 41_move_cell_steps.sql; control
 -- drives them through relocation_peer, 42_move_peer.sql).
 
+-- extra (table key -> keys of rows to decide) with the keys of the rows
+-- that refer, through a mapped reference, to the rows of parent whose
+-- keys are changed (their membership changed).
+CREATE OR REPLACE FUNCTION outbox._move_children(mv outbox.organization_moves, parent text,
+                                                 changed bigint[], extra jsonb)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    child jsonb;
+    ref jsonb;
+BEGIN
+    FOR child IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') e LOOP
+        FOR ref IN SELECT x.value FROM jsonb_array_elements(child->'refs') x
+                    WHERE x.value->>'parent' = parent AND x.value->>'kind' = 'map'
+                      AND NOT (x.value->>'deferred')::boolean LOOP
+            extra := jsonb_set(extra, ARRAY[child->>'model'],
+                coalesce(extra->(child->>'model'), '[]') || to_jsonb(ARRAY(
+                    SELECT (j #>> '{}')::bigint FROM unnest(outbox._run_as_table_owner(
+                        (child->>'relid')::oid::regclass,
+                        format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
+                               ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
+                               child->>'pk', child->>'qualified', ref->>'column'),
+                        ARRAY(SELECT to_jsonb(c) FROM unnest(changed) c))) j)));
+        END LOOP;
+    END LOOP;
+    RETURN extra;
+END
+$$;
+
 -- changes (source): forgets the change log entries the target applied
 -- (acknowledge), then reads the next ones: each changed row of the
 -- organization as it is now, or its deletion (gone, or no longer the
@@ -22,7 +53,6 @@ DECLARE
     seqs bigint[];
     entry jsonb;
     ref jsonb;
-    child jsonb;
     pks bigint[];
     rows_now jsonb;
     k bigint;
@@ -84,26 +114,40 @@ BEGIN
             END IF;
         END LOOP;
         CONTINUE WHEN cardinality(changed) = 0;
-        -- The rows referring to those whose membership changed.
-        FOR child IN SELECT e.value FROM jsonb_array_elements(mv.plan->'order') e LOOP
-            FOR ref IN SELECT x.value FROM jsonb_array_elements(child->'refs') x
-                        WHERE x.value->>'parent' = entry->>'model' AND x.value->>'kind' = 'map'
-                          AND NOT (x.value->>'deferred')::boolean LOOP
-                extra := jsonb_set(extra, ARRAY[child->>'model'],
-                    coalesce(extra->(child->>'model'), '[]') || to_jsonb(ARRAY(
-                        SELECT (j #>> '{}')::bigint FROM unnest(outbox._run_as_table_owner(
-                            (child->>'relid')::oid::regclass,
-                            format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
-                                   ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
-                                   child->>'pk', child->>'qualified', ref->>'column'),
-                            ARRAY(SELECT to_jsonb(c) FROM unnest(changed) c))) j)));
-            END LOOP;
-        END LOOP;
+        extra := outbox._move_children(mv, entry->>'model', changed, extra);
     END LOOP;
     SELECT count(*) - cardinality(seqs) INTO left_over FROM outbox.move_changes c
      WHERE c.relocation = mv.relocation;
     RETURN jsonb_build_object('changes', out, 'seqs', to_jsonb(seqs), 'left', left_over);
 END
+$$;
+
+-- The transactions that hold a writer's lock on a table that carries the
+-- move's triggers (a partition included), this one aside.  Readers
+-- (ACCESS SHARE, ROW SHARE) and VACUUM and ANALYZE (SHARE UPDATE
+-- EXCLUSIVE) write no row.  Not every transaction of the database, as
+-- before (issue 44: the worker's link round, which reads the tables, or
+-- another tenant's idle transaction held the write pause).
+CREATE OR REPLACE FUNCTION outbox._move_writers() RETURNS text[]
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT ARRAY(SELECT DISTINCT l.virtualtransaction FROM pg_locks l
+                  WHERE l.locktype = 'relation' AND l.granted
+                    AND l.mode NOT IN ('AccessShareLock', 'RowShareLock', 'ShareUpdateExclusiveLock')
+                    AND l.pid IS DISTINCT FROM pg_backend_pid()
+                    AND l.database = (SELECT d.oid FROM pg_database d
+                                       WHERE d.datname = current_database())
+                    AND l.relation IN (SELECT m.rel FROM outbox._move_triggers() m))
+$$;
+
+-- How many of those transactions (virtual ids) still run.
+CREATE OR REPLACE FUNCTION outbox._move_running(transactions text[]) RETURNS int
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT count(*)::int FROM pg_locks l
+     WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (transactions)
 $$;
 
 -- in_flight (source, fenced): the transactions running when first asked
@@ -121,31 +165,16 @@ BEGIN
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
     IF running IS NULL THEN
-        -- Every transaction that holds a writer's lock on a table that
-        -- carries the move's triggers (a partition included): one that
-        -- wrote the organization's rows, whose statement may have checked
-        -- the fence before it committed (pg_outbox's worker's cascade
-        -- too).  Any other takes its lock after the fence, and its
-        -- triggers then read the fence with the latest snapshot
-        -- (move_trigger.cpp), whatever its isolation level: it is refused.
-        -- Readers (ACCESS SHARE, ROW SHARE) and VACUUM and ANALYZE (SHARE
-        -- UPDATE EXCLUSIVE) write none of its rows.  Not every transaction
-        -- of the database, as before (issue 44: the worker's link round,
-        -- which reads the tables, or another tenant's idle transaction held
-        -- the write pause).
-        running := ARRAY(SELECT DISTINCT l.virtualtransaction FROM pg_locks l
-                          WHERE l.locktype = 'relation' AND l.granted
-                            AND l.mode NOT IN ('AccessShareLock', 'RowShareLock',
-                                               'ShareUpdateExclusiveLock')
-                            AND l.pid IS DISTINCT FROM pg_backend_pid()
-                            AND l.database = (SELECT d.oid FROM pg_database d
-                                               WHERE d.datname = current_database())
-                            AND l.relation IN (SELECT m.rel FROM outbox._move_triggers() m));
+        -- One that wrote the organization's rows may have checked the
+        -- fence before it committed (pg_outbox's worker's cascade too).
+        -- Any other takes its lock after the fence, and its triggers then
+        -- read the fence with the latest snapshot (move_trigger.cpp),
+        -- whatever its isolation level: it is refused.
+        running := outbox._move_writers();
         UPDATE outbox.organization_moves o SET in_flight = running, step = 'in_flight'
          WHERE o.relocation = mv.relocation;
     END IF;
-    SELECT count(*) INTO waiting FROM pg_locks l
-     WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (running);
+    waiting := outbox._move_running(running);
     IF waiting = 0 AND mv.outbox_mark IS NULL THEN
         -- Every write of the organization here has committed: its outbox
         -- rows are at most this one.  The worker delivers them at once.

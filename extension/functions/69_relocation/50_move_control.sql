@@ -210,168 +210,184 @@ AS $$
       FROM outbox.cells c WHERE c.name = cell
 $$;
 
+-- check: whether the target took a key of the next page of the export
+-- (ten chunks of ordinals from checked + 1): {"taken": true, "error": why}.
+CREATE OR REPLACE FUNCTION outbox._move_check(mv outbox.organization_moves, checked bigint,
+                                              chunk_rows bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_taken record;
+BEGIN
+    SELECT t->>'model' AS model, (t->>'taken')::bigint AS taken,
+           (t->>'first_taken')::bigint AS first_taken INTO found_taken
+      FROM jsonb_array_elements(outbox._move_call(mv, mv.to_cell, 'taken', jsonb_build_object('keys',
+               outbox._move_call(mv, mv.from_cell, 'keys', jsonb_build_object(
+                   'first', checked + 1, 'last', checked + 10 * chunk_rows))->'keys'))->'taken') t
+     WHERE (t->>'taken')::bigint > 0 ORDER BY t->>'model' LIMIT 1;
+    IF NOT FOUND THEN
+        RETURN jsonb_build_object('taken', false);
+    END IF;
+    RETURN jsonb_build_object('taken', true, 'error', outbox._move_taken_message(mv,
+        found_taken.model, found_taken.taken, found_taken.first_taken));
+END
+$$;
+
+-- The end of a fork, whose import answered with root: a new organization,
+-- in the target, under the key the import gave its root; the source keeps
+-- the original.  The target's word names a new organization only: one
+-- control places already (the source's, or any other) is refused, as
+-- control's records say (issue 44: a compromised target answered with the
+-- source's root, and control routed it there).  A step tried again never
+-- finds its own row: it rolled back with the step.
+CREATE OR REPLACE FUNCTION outbox._move_fork_done(mv outbox.organization_moves, root jsonb)
+RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF jsonb_typeof(root) IS DISTINCT FROM 'number' OR EXISTS (
+        SELECT FROM outbox.organization_cells o WHERE o.organization = (root #>> '{}')::bigint) THEN
+        RAISE EXCEPTION 'relocation %: cell % answered the fork''s import with root %, which is no new organization',
+            mv.relocation, mv.to_cell, coalesce(root::text, 'null')
+            USING ERRCODE = 'protocol_violation';
+    END IF;
+    INSERT INTO outbox.organization_cells (organization, cell)
+    VALUES ((root #>> '{}')::bigint, mv.to_cell);
+    PERFORM outbox._move_call(mv, mv.from_cell, 'finish');
+END
+$$;
+
+-- catch_up and last_catch_up: a batch of the source's changes applied in
+-- the target (the batch before it acknowledged).  Answers the changes
+-- left, applied and read (seqs), and the log entries to acknowledge next.
+CREATE OR REPLACE FUNCTION outbox._move_catch_up(mv outbox.organization_moves, chunk_rows bigint)
+RETURNS jsonb
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    answer jsonb := outbox._move_call(mv, mv.from_cell, 'changes', jsonb_build_object(
+        'acknowledge', coalesce(mv.plan->'acknowledge', '[]'), 'limit', chunk_rows));
+BEGIN
+    IF jsonb_array_length(answer->'changes') > 0 THEN
+        PERFORM outbox._move_call(mv, mv.to_cell, 'apply',
+                                  jsonb_build_object('changes', answer->'changes'));
+    END IF;
+    RETURN jsonb_build_object('left', answer->'left', 'applied', jsonb_array_length(answer->'changes'),
+                              'seqs', jsonb_array_length(answer->'seqs'),
+                              'acknowledge', answer->'seqs');
+END
+$$;
+
+-- switch: control places the organization in the target, which takes its
+-- writes from now on and holds their messages until the drain's end (its
+-- shards of each scope of organizations, control's organization_scopes).
+CREATE OR REPLACE FUNCTION outbox._move_switch(mv outbox.organization_moves) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    INSERT INTO outbox.organization_cells AS o (organization, cell)
+    VALUES (mv.organization, mv.to_cell)
+    ON CONFLICT ON CONSTRAINT organization_cells_pkey
+        DO UPDATE SET cell = excluded.cell, updated_at = now()
+        WHERE o.cell IS DISTINCT FROM excluded.cell;
+    PERFORM outbox._move_call(mv, mv.to_cell, 'lift', jsonb_build_object('scopes',
+        (SELECT coalesce(jsonb_agg(s.name), '[]') FROM outbox.organization_scopes o
+           JOIN outbox.scopes s ON s.id = o.scope)));
+END
+$$;
+
+-- Where a move goes after its step's answer: the step machine of
+-- src/relocation/move/move_machine.hpp (the answer's scalars by the names
+-- of its MoveAnswer).
+CREATE OR REPLACE FUNCTION outbox._move_next(step text, mode text, chunk_rows bigint,
+    rows_done bigint, rows_total bigint, checked bigint, answer jsonb, OUT next_step text,
+    OUT outcome text, OUT next_rows_done bigint, OUT next_rows_total bigint,
+    OUT next_checked bigint, OUT fenced boolean)
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'outbox__move_next';
+
 -- The next step of mv (control's row, locked); returns whether there is
--- more to do at once.
+-- more to do at once.  The step's calls to the cells, then the machine's
+-- transition (_move_next), then what that transition asks of the cells,
+-- then the record.
 CREATE OR REPLACE FUNCTION outbox._move_advance(mv outbox.organization_moves) RETURNS boolean
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     chunk_rows bigint := current_setting('outbox.relocation_chunk_rows')::bigint;
-    answer jsonb;
-    next_step text := mv.step;
-    n bigint;
-    found_taken record;
+    checked bigint := coalesce((mv.plan->>'checked')::bigint, 0);
+    answer jsonb := '{}';
+    t record;
 BEGIN
     CASE mv.step
     WHEN 'prepare' THEN
-        PERFORM outbox._move_call(mv, mv.to_cell, 'prepare', jsonb_build_object(
-            'side', 'target', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
-            'mode', mv.mode));
-        PERFORM outbox._move_call(mv, mv.from_cell, 'prepare', jsonb_build_object(
-            'side', 'source', 'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
-            'mode', mv.mode));
-        next_step := 'export';
-    WHEN 'export' THEN
-        answer := outbox._move_call(mv, mv.from_cell, 'export');
-        mv.rows_total := (answer->>'rows')::bigint;
-        next_step := CASE mv.mode WHEN 'move' THEN 'check' ELSE 'copy' END;
+        PERFORM outbox._move_call(mv, mv.to_cell, 'prepare', jsonb_build_object('side', 'target',
+                    'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
+                    'mode', mv.mode));
+        PERFORM outbox._move_call(mv, mv.from_cell, 'prepare', jsonb_build_object('side', 'source',
+                    'organization', mv.organization, 'from', mv.from_cell, 'to', mv.to_cell,
+                    'mode', mv.mode));
     WHEN 'check' THEN
-        -- Before anything is copied: the target has none of the keys.  A
-        -- key taken there fails the move, for the operator to cancel (or,
-        -- the row gone, resume).
-        n := coalesce((mv.plan->>'checked')::bigint, 0);
-        answer := outbox._move_call(mv, mv.to_cell, 'taken', jsonb_build_object('keys',
-            outbox._move_call(mv, mv.from_cell, 'keys', jsonb_build_object(
-                'first', n + 1, 'last', n + 10 * chunk_rows))->'keys'));
-        SELECT t->>'model' AS model, (t->>'taken')::bigint AS taken,
-               (t->>'first_taken')::bigint AS first_taken INTO found_taken
-          FROM jsonb_array_elements(answer->'taken') t
-         WHERE (t->>'taken')::bigint > 0 ORDER BY t->>'model' LIMIT 1;
-        IF FOUND THEN
-            UPDATE outbox.organization_moves o
-               SET state = 'failed', updated_at = clock_timestamp(),
-                   error = format('check: %s', outbox._move_taken_message(mv, found_taken.model,
-                                      found_taken.taken, found_taken.first_taken))
-             WHERE o.relocation = mv.relocation;
-            RETURN false;
-        END IF;
-        mv.plan := coalesce(mv.plan, '{}') || jsonb_build_object('checked', n + 10 * chunk_rows);
-        IF n + 10 * chunk_rows >= mv.rows_total THEN
-            next_step := 'copy';
-        END IF;
+        answer := outbox._move_check(mv, checked, chunk_rows);
     WHEN 'copy' THEN
         answer := outbox._move_call(mv, mv.from_cell, 'chunk', jsonb_build_object(
             'first', mv.rows_done + 1, 'last', mv.rows_done + chunk_rows));
-        n := jsonb_array_length(answer->'rows');
-        IF n = 0 OR (answer->'rows'->0->>0)::bigint <> mv.rows_done + 1 THEN
-            RAISE EXCEPTION 'relocation %: cell % sent no row % of its export', mv.relocation,
-                mv.from_cell, mv.rows_done + 1 USING ERRCODE = 'protocol_violation';
-        END IF;
-        PERFORM outbox._move_call(mv, mv.to_cell, 'stage', jsonb_build_object('rows', answer->'rows'));
-        mv.rows_done := mv.rows_done + n;
-        IF mv.rows_done >= mv.rows_total THEN
-            next_step := 'import';
-        END IF;
+        answer := answer || jsonb_build_object('first_row', answer->'rows'->0->0,
+                                               'row_count', jsonb_array_length(answer->'rows'));
     WHEN 'import' THEN
         answer := outbox._move_call(mv, mv.to_cell, 'import');
-        IF (answer->>'more')::boolean THEN
-            NULL;
-        ELSIF mv.mode = 'move' THEN
-            next_step := 'catch_up';
-        ELSE
-            -- A fork is a new organization, in the target, under the key
-            -- the import gave its root; the source keeps the original.
-            -- The target's word names a new organization only: one control
-            -- places already (the source's, or any other) is refused, as
-            -- control's records say (issue 44: a compromised target
-            -- answered with the source's root, and control routed it
-            -- there).  A step tried again never finds its own row: it
-            -- rolled back with the step.
-            IF jsonb_typeof(answer->'root') IS DISTINCT FROM 'number' OR EXISTS (
-                SELECT FROM outbox.organization_cells o
-                 WHERE o.organization = (answer->>'root')::bigint) THEN
-                RAISE EXCEPTION 'relocation %: cell % answered the fork''s import with root %, which is no new organization',
-                    mv.relocation, mv.to_cell, coalesce(answer->>'root', 'null')
-                    USING ERRCODE = 'protocol_violation';
-            END IF;
-            INSERT INTO outbox.organization_cells (organization, cell)
-            VALUES ((answer->>'root')::bigint, mv.to_cell);
-            PERFORM outbox._move_call(mv, mv.from_cell, 'finish');
-            UPDATE outbox.organization_moves o
-               SET state = 'complete', step = 'done', rows_done = mv.rows_done,
-                   plan = coalesce(o.plan, '{}') || jsonb_build_object('forked_as', answer->'root'),
-                   updated_at = clock_timestamp(), finished_at = clock_timestamp()
-             WHERE o.relocation = mv.relocation;
-            RETURN false;
-        END IF;
     WHEN 'catch_up', 'last_catch_up' THEN
-        answer := outbox._move_call(mv, mv.from_cell, 'changes', jsonb_build_object(
-            'acknowledge', coalesce(mv.plan->'acknowledge', '[]'), 'limit', chunk_rows));
-        IF jsonb_array_length(answer->'changes') > 0 THEN
-            PERFORM outbox._move_call(mv, mv.to_cell, 'apply',
-                                      jsonb_build_object('changes', answer->'changes'));
-        END IF;
-        mv.plan := coalesce(mv.plan, '{}') || jsonb_build_object('acknowledge', answer->'seqs');
+        answer := outbox._move_catch_up(mv, chunk_rows);
         mv.changes := (answer->>'left')::bigint;
-        mv.changes_applied := mv.changes_applied + jsonb_array_length(answer->'changes');
-        IF mv.step = 'catch_up' AND mv.changes <= greatest(chunk_rows / 10, 1) THEN
-            next_step := 'fence';
-        ELSIF mv.step = 'last_catch_up' AND mv.changes = 0
-              AND jsonb_array_length(answer->'seqs') = 0 THEN
-            next_step := 'switch';
-        END IF;
+        mv.changes_applied := mv.changes_applied + (answer->>'applied')::bigint;
+        mv.plan := coalesce(mv.plan, '{}') || jsonb_build_object('acknowledge', answer->'acknowledge');
     WHEN 'fence' THEN
-        answer := outbox._move_call(mv, mv.from_cell, 'fence');
         -- A step tried again after its answer was lost: the pause began at
         -- the first fence (the source's clock).
-        mv.fenced_at := coalesce((answer->>'since')::timestamptz, clock_timestamp());
-        next_step := 'in_flight';
-    WHEN 'in_flight' THEN
-        IF (outbox._move_call(mv, mv.from_cell, 'in_flight')->>'waiting')::int = 0 THEN
-            next_step := 'last_catch_up';
-        ELSE
-            PERFORM pg_sleep(0.005);
-        END IF;
+        mv.fenced_at := coalesce((outbox._move_call(mv, mv.from_cell, 'fence')->>'since')::timestamptz,
+                                 clock_timestamp());
     WHEN 'switch' THEN
-        INSERT INTO outbox.organization_cells AS o (organization, cell)
-        VALUES (mv.organization, mv.to_cell)
-        ON CONFLICT ON CONSTRAINT organization_cells_pkey
-            DO UPDATE SET cell = excluded.cell, updated_at = now()
-            WHERE o.cell IS DISTINCT FROM excluded.cell;
-        -- The target takes the writes from now on; it holds their messages
-        -- until the drain's end.
-        PERFORM outbox._move_call(mv, mv.to_cell, 'lift');
+        PERFORM outbox._move_switch(mv);
         mv.lifted_at := clock_timestamp();
-        next_step := 'drain';
-    WHEN 'drain' THEN
-        -- The source's worker delivers them (woken when its transactions in
-        -- flight were over); look again shortly.  Then the target's go.
-        IF (outbox._move_call(mv, mv.from_cell, 'drained')->>'left')::bigint = 0 THEN
-            PERFORM outbox._move_call(mv, mv.to_cell, 'release');
-            next_step := 'delete';
-            mv.rows_done := 0;
-        ELSE
-            PERFORM pg_sleep(0.01);
-        END IF;
-    WHEN 'delete' THEN
-        answer := outbox._move_call(mv, mv.from_cell, 'delete', jsonb_build_object('limit', chunk_rows));
-        mv.rows_done := mv.rows_done + (answer->>'deleted')::bigint;
-        IF (answer->>'done')::boolean THEN
-            UPDATE outbox.organization_moves o
-               SET state = 'complete', step = 'done', rows_done = mv.rows_done,
-                   updated_at = clock_timestamp(), finished_at = clock_timestamp()
-             WHERE o.relocation = mv.relocation;
-            RETURN false;
-        END IF;
+    ELSE -- export, in_flight, drain (its source's messages delivered?), delete
+        answer := outbox._move_call(mv, mv.from_cell, CASE mv.step WHEN 'drain' THEN 'drained'
+                                                           ELSE mv.step END,
+                                    jsonb_build_object('limit', chunk_rows));
     END CASE;
+    t := outbox._move_next(mv.step, mv.mode, chunk_rows, mv.rows_done, mv.rows_total, checked, answer);
+    IF t.outcome = 'protocol_violation' THEN
+        RAISE EXCEPTION 'relocation %: step % got an answer it cannot take: %', mv.relocation,
+            mv.step, left(answer::text, 200) USING ERRCODE = 'protocol_violation';
+    ELSIF t.outcome = 'failed' THEN
+        UPDATE outbox.organization_moves o
+           SET state = 'failed', updated_at = clock_timestamp(),
+               error = format('check: %s', answer->>'error')
+         WHERE o.relocation = mv.relocation;
+        RETURN false;
+    ELSIF t.outcome = 'wait' THEN
+        PERFORM pg_sleep(CASE mv.step WHEN 'drain' THEN 0.01 ELSE 0.005 END);
+    ELSIF mv.step = 'copy' THEN
+        PERFORM outbox._move_call(mv, mv.to_cell, 'stage', jsonb_build_object('rows', answer->'rows'));
+    ELSIF mv.step = 'import' AND t.outcome = 'complete' THEN
+        PERFORM outbox._move_fork_done(mv, answer->'root');
+        mv.plan := coalesce(mv.plan, '{}') || jsonb_build_object('forked_as', answer->'root');
+    ELSIF mv.step = 'drain' THEN
+        PERFORM outbox._move_call(mv, mv.to_cell, 'release'); -- the target's messages go too
+    END IF;
     UPDATE outbox.organization_moves o
-       SET step = next_step, rows_done = mv.rows_done, rows_total = mv.rows_total,
-           changes = mv.changes, changes_applied = mv.changes_applied, plan = mv.plan,
-           fenced = o.fenced OR next_step IN ('in_flight', 'last_catch_up', 'switch'),
-           fenced_at = mv.fenced_at, lifted_at = mv.lifted_at, updated_at = clock_timestamp()
+       SET state = CASE t.outcome WHEN 'complete' THEN 'complete' ELSE o.state END,
+           step = t.next_step, rows_done = t.next_rows_done, rows_total = t.next_rows_total,
+           changes = mv.changes, changes_applied = mv.changes_applied, fenced = o.fenced OR t.fenced,
+           plan = coalesce(mv.plan, '{}') || jsonb_build_object('checked', t.next_checked),
+           fenced_at = mv.fenced_at, lifted_at = mv.lifted_at, updated_at = clock_timestamp(),
+           finished_at = CASE t.outcome WHEN 'complete' THEN clock_timestamp() END
      WHERE o.relocation = mv.relocation;
-    RETURN true;
+    RETURN t.outcome IN ('next', 'wait');
 END
 $$;
 

@@ -1,9 +1,10 @@
-// The step machine of the moves control drives (docs/relocation.md,
-// "Moving an organization between cells"): the worker asks for the next
-// step here, so that its dependence on relocation is an include that
-// test/layers.sh sees.  The machine itself is still
-// extension/functions/69_relocation/50_move_control.sql (_move_step, _move_advance),
-// which issue 45 brings into this folder.
+// The step of the moves control drives (docs/relocation.md, "Moving an
+// organization between cells"): the worker asks for the next step here, so
+// that its dependence on relocation is an include that test/layers.sh
+// sees.  Each step's calls to the cells are
+// extension/functions/69_relocation/50_move_control.sql's (_move_step,
+// _move_advance); where the move goes after the cells' answers is the
+// step machine's (move_machine.hpp).
 #pragma once
 
 #include "pg/postgres.hpp"

@@ -36,7 +36,9 @@ extern "C" {
 #include "parser/parsetree.h"
 #include "storage/proc.h"
 #include "utils/array.h"
+#include "catalog/namespace.h"
 #include "utils/datum.h"
+#include "utils/inval.h"
 #include "utils/lsyscache.h"
 #include "utils/snapmgr.h"
 }
@@ -165,7 +167,50 @@ uint64 run_as_owner(SPIPlanPtr *plan, const char *what, const char *sql, int nar
     return SPI_processed;
 }
 
+// Whether this cell has a move under way or a fence that statements must
+// look at: read once, then kept until outbox.organization_moves changes.
+// The move's triggers are on every Organization-scoped table ahead of any
+// move (issue 44), and a cell that has none pays no query per statement.
+// Every change of that table sends a relcache invalidation of it at
+// commit (outbox._move_moves_changed), which a backend takes in when it
+// starts a transaction or locks a table.  A transaction that locked its
+// table before a prepare committed may go on seeing none: the prepare's
+// export waits for every such transaction (_move_export), and the fence
+// comes after the prepare.
+enum class MovesHere { Unknown, None, Some };
+MovesHere moves_here = MovesHere::Unknown;
+Oid moves_relid = InvalidOid;
+
+void moves_changed(Datum, Oid relid) {
+    if (relid == InvalidOid || moves_relid == InvalidOid || relid == moves_relid)
+        moves_here = MovesHere::Unknown;
+}
+
+const char *moves_here_sql = "SELECT EXISTS (SELECT FROM outbox.organization_moves o"
+                             " WHERE o.side <> 'control' AND (o.fenced OR o.state = 'moving'))";
+
+bool any_moves_here() {
+    static bool registered = false;
+    if (!registered) {
+        CacheRegisterRelcacheCallback(moves_changed, (Datum)0);
+        registered = true;
+    }
+    if (moves_here != MovesHere::Unknown)
+        return moves_here == MovesHere::Some;
+    moves_relid = get_relname_relid("organization_moves", get_namespace_oid("outbox", false));
+    static SPIPlanPtr plan = nullptr;
+    run_as_owner(&plan, "looking for moves", moves_here_sql, 0, nullptr, nullptr, SPI_OK_SELECT);
+    bool isnull;
+    bool some =
+        DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+    SPI_finish();
+    moves_here = some ? MovesHere::Some : MovesHere::None;
+    return some;
+}
+
 void refuse_truncate(const char *model) {
+    if (!any_moves_here())
+        return;
     static SPIPlanPtr plan = nullptr;
     uint64 n =
         run_as_owner(&plan, "looking for moves", truncate_sql, 0, nullptr, nullptr, SPI_OK_SELECT);
@@ -185,6 +230,8 @@ void refuse_truncate(const char *model) {
 // The moves under way here that concern a statement on the table model, in
 // CurrentMemoryContext.
 int read_moves(const char *model, Move **moves) {
+    if (!any_moves_here())
+        return 0;
     static SPIPlanPtr plan = nullptr;
     MemoryContext caller = CurrentMemoryContext;
     Oid types[1] = {TEXTOID};
@@ -278,6 +325,10 @@ const char *gone_sql =
 void read_gone() {
     if (gone.lxid == MyProc->lxid && gone.statement == GetCurrentStatementStartTimestamp())
         return;
+    if (!any_moves_here()) {
+        gone.n = 0;
+        return;
+    }
     static SPIPlanPtr plan = nullptr;
     uint64 n = run_as_owner(&plan, "looking for moved organizations", gone_sql, 0, nullptr, nullptr,
                             SPI_OK_SELECT);
@@ -690,5 +741,18 @@ OUTBOX_FUNCTION(outbox__move_trigger) {
         if (move->fenced && pairs.n > 0)
             check_fence(move, pair_models, pair_keys);
     }
+    return PointerGetDatum(nullptr);
+}
+
+// outbox._move_moves_changed(): an AFTER statement trigger on
+// outbox.organization_moves.  Tells every backend at commit that the moves
+// here changed (any_moves_here reads them again).
+OUTBOX_FUNCTION(outbox__move_moves_changed) {
+    if (!CALLED_AS_TRIGGER(fcinfo))
+        ereport(ERROR,
+                (errcode(ERRCODE_E_R_I_E_TRIGGER_PROTOCOL_VIOLATED),
+                 errmsg("outbox._move_moves_changed() was not called by the trigger manager")));
+    auto *td = (TriggerData *)fcinfo->context;
+    CacheInvalidateRelcacheByRelid(RelationGetRelid(td->tg_relation));
     return PointerGetDatum(nullptr);
 }
