@@ -188,7 +188,20 @@ check "  ... in the Organization scope only (a user whose id is 2 is not held)" 
     test "$(on eu -c "SELECT string_agg(s.name, ',') FROM outbox.paused_shards p JOIN outbox.scopes s ON s.id = p.shard_scope WHERE p.shard_identifier = 2")" = Organization
 check "  ... its write pause over, not the drain's length (under a second)" \
     test "$(on control -c "SELECT write_pause < interval '1 s' FROM outbox.relocations WHERE relocation = '$relocation2'")" = t
+# Control holds them in turn: us sends them, but they wait in control.
+# Were eu's released now, control could apply them before us's older ones
+# (its receivers take ids a block at a time, so the order of two cells'
+# messages in one shard is not the order they came in).
+on control -c "SELECT outbox.pause_shard('cell', 0, 2)" >/dev/null
 on us -c "SELECT outbox.resume_shard('cell', 0, 2)" >/dev/null
+check "  ... and on, while control holds the messages us sent it" \
+    wait_on us 60 "SELECT count(*) FROM outbox.cell_outbox WHERE shard_scope = 0 AND shard_identifier = 2" 0
+check "  ... (control holds them)" \
+    test "$(on control -c "SELECT count(*) > 0 FROM outbox.cell_outbox WHERE shard_scope = 0 AND shard_identifier = 2")" = t
+sleep 2
+check "  ... the drain not over until they are applied in control" \
+    test "$(on control -c "SELECT step FROM outbox.relocations WHERE relocation = '$relocation2'"):$(on us -c "SELECT count(*) FROM outbox.cell_outbox WHERE shard_scope = 0 AND shard_identifier = 2"):$(on eu -c "SELECT count(*) > 0 FROM outbox.paused_shards WHERE shard_identifier = 2")" = "drain:0:t"
+on control -c "SELECT outbox.resume_shard('cell', 0, 2)" >/dev/null
 check "  ... and completes once they are delivered" \
     wait_on control 60 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation2'" complete ||
     show_move "$relocation2"
