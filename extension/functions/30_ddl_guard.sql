@@ -115,6 +115,27 @@ RETURNS TABLE (partition oid, root oid)
 CREATE OR REPLACE FUNCTION outbox._capture_partition_rows(rel regclass, root regclass) RETURNS bigint
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__capture_partition_rows';
 
+-- Refuses the change under way when capture of registered table rel
+-- could no longer work after it (its columns, its unique index on id).
+CREATE OR REPLACE FUNCTION outbox._keep_capture_working(rel regclass) RETURNS void
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t outbox.registered_tables;
+    problem text;
+BEGIN
+    SELECT * INTO STRICT t FROM outbox.registered_tables r WHERE r.relid = rel;
+    PERFORM outbox._check_columns(t.relid, t.silo, t.shard_column, t.payload_columns,
+                                  t.cell_column);
+EXCEPTION WHEN OTHERS THEN
+    GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
+    RAISE EXCEPTION 'this change would break capture of registered table %: %', rel, problem
+        USING ERRCODE = 'dependent_objects_still_exist',
+              HINT = 'Unregister the table with outbox.unregister_table() first.';
+END
+$$;
+
 -- The registered tables each DDL command of the event touched (or the
 -- table a trigger it touched is on, or that table's parent): their capture
 -- triggers not altered, their columns still as capture needs them, the
@@ -127,7 +148,6 @@ AS $$
 DECLARE
     command record;
     r record;
-    problem text;
 BEGIN
     FOR command IN
         SELECT d.command_tag, d.classid, d.objid,
@@ -139,7 +159,7 @@ BEGIN
     LOOP
         CONTINUE WHEN command.rel IS NULL;
         FOR r IN
-            SELECT DISTINCT t.relid, t.silo, t.shard_column, t.payload_columns, t.cell_column
+            SELECT DISTINCT t.relid
               FROM (SELECT command.rel::regclass
                      UNION SELECT i.inhparent::regclass FROM pg_inherits i
                             WHERE i.inhrelid = command.rel) x(rel)
@@ -153,16 +173,7 @@ BEGIN
                     USING ERRCODE = 'object_not_in_prerequisite_state',
                           HINT = 'Unregister the table with outbox.unregister_table() instead.';
             END IF;
-            BEGIN
-                PERFORM outbox._check_columns(r.relid, r.silo, r.shard_column, r.payload_columns,
-                                              r.cell_column);
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
-                RAISE EXCEPTION 'this change would break capture of registered table %: %',
-                    r.relid, problem
-                    USING ERRCODE = 'dependent_objects_still_exist',
-                          HINT = 'Unregister the table with outbox.unregister_table() first.';
-            END;
+            PERFORM outbox._keep_capture_working(r.relid);
             IF command.command_tag IN ('CREATE TABLE', 'CREATE FOREIGN TABLE') THEN
                 PERFORM outbox._install_capture_triggers(r.relid);
             END IF;
@@ -331,9 +342,6 @@ CREATE OR REPLACE FUNCTION outbox._on_sql_drop() RETURNS event_trigger
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    r record;
-    problem text;
 BEGIN
     PERFORM outbox._refuse_drop();
 
@@ -364,19 +372,7 @@ BEGIN
 
     -- An index went: the registered tables must keep their unique index on id.
     IF EXISTS (SELECT FROM pg_event_trigger_dropped_objects() d WHERE d.object_type = 'index') THEN
-        FOR r IN SELECT t.relid, t.silo, t.shard_column, t.payload_columns, t.cell_column
-                   FROM outbox.registered_tables t LOOP
-            BEGIN
-                PERFORM outbox._check_columns(r.relid, r.silo, r.shard_column,
-                                              r.payload_columns, r.cell_column);
-            EXCEPTION WHEN OTHERS THEN
-                GET STACKED DIAGNOSTICS problem = MESSAGE_TEXT;
-                RAISE EXCEPTION 'this change would break capture of registered table %: %',
-                    r.relid, problem
-                    USING ERRCODE = 'dependent_objects_still_exist',
-                          HINT = 'Unregister the table with outbox.unregister_table() first.';
-            END;
-        END LOOP;
+        PERFORM outbox._keep_capture_working(t.relid) FROM outbox.registered_tables t;
     END IF;
 END
 $$;

@@ -1590,7 +1590,8 @@ class Fuzzer:
                 state, msg = "LOST", str(e).strip().split("\n")[0]
             else:
                 state, msg = e.pgcode or "CLIENT", (e.diag.message_primary or str(e)).strip()
-        except (ValueError, UnicodeError) as e:
+        # RecursionError: a jsonb result nested too deep for the json module.
+        except (ValueError, UnicodeError, RecursionError) as e:
             state, msg, rows = "CLIENT", str(e), None
             self.stats.client_errors["%s: %s" % (short(sql, 100), short(str(e), 120))] += 1
         finally:

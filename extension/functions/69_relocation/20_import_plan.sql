@@ -303,84 +303,26 @@ CREATE OR REPLACE FUNCTION outbox._relocation_table_key(rel regclass) RETURNS te
 -- deferred_null (the insert step, whose new keys are $3, in ordinal order),
 -- else rewritten too (their later step, the compare).  A reference whose
 -- value the map does not have (a row outside the export) raises an error.
+-- Built in C++ (src/relocation/import/rows_statement.hpp).
+CREATE OR REPLACE FUNCTION outbox._relocation_rows_statement(relocation text,
+    users_relocation text, model text, pk text, columns text[], parents text[], users boolean[],
+    deferred boolean[], deferred_null boolean, ordinals text, joined boolean) RETURNS text
+    LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox__relocation_rows_statement';
+
 CREATE OR REPLACE FUNCTION outbox._relocation_rows_sql(p_relocation uuid,
     p_users_relocation uuid, entry jsonb, deferred_null boolean,
     ordinals text DEFAULT 'BETWEEN $1 AND $2', joined boolean DEFAULT false) RETURNS text
-LANGUAGE plpgsql IMMUTABLE
+LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    ref jsonb;
-    n int := 0;
-    row_sql text;
-    lookups text := '';
-    columns text := '';
-    unresolved text := '';
-BEGIN
-    -- A chunk looks every key up by the map's primary key, one index probe
-    -- each, whatever the map's statistics say while it grows; the compare
-    -- (joined) reads whole tables after an ANALYZE of the map, and joins.
-    row_sql := format('y.fields || pg_catalog.jsonb_build_object(%L, y.new)', entry->>'pk');
-    FOR ref IN SELECT r.value FROM jsonb_array_elements(entry->'refs') r LOOP
-        IF ref->>'kind' = 'users' AND p_users_relocation IS NULL THEN
-            CONTINUE; -- this database shares the source's control: values kept
-        END IF;
-        n := n + 1;
-        IF (ref->>'deferred')::boolean AND deferred_null THEN
-            row_sql := row_sql || format(' || pg_catalog.jsonb_build_object(%L, NULL::bigint)',
-                                         ref->>'column');
-            CONTINUE;
-        END IF;
-        row_sql := row_sql || format(' || pg_catalog.jsonb_build_object(%L, y.m%s)',
-                                     ref->>'column', n);
-        lookups := lookups || format(
-            CASE WHEN joined THEN
-                ' LEFT JOIN outbox.relocation_pk_map m%4$s ON m%4$s.relocation = %1$L'
-                ' AND m%4$s.table_key = %2$L AND m%4$s.old = (s.fields->>%3$L)::bigint'
-            ELSE
-                ', (SELECT m.new FROM outbox.relocation_pk_map m WHERE m.relocation = %1$L'
-                ' AND m.table_key = %2$L AND m.old = (s.fields->>%3$L)::bigint) AS m%4$s'
-            END,
-            CASE WHEN ref->>'kind' = 'users' THEN p_users_relocation ELSE p_relocation END,
-            ref->>'parent', ref->>'column', n);
-        columns := columns || format(', m%1$s.new AS m%1$s', n);
-        unresolved := unresolved || format(
-            ' WHEN y.fields->>%1$L IS NOT NULL AND y.m%2$s IS NULL'
-            ' THEN outbox._relocation_unresolved(%3$L, %4$L, y.old, %1$L, %5$L, y.fields)',
-            ref->>'column', n, p_relocation, entry->>'model', ref->>'parent');
-    END LOOP;
-    -- What a collision hook changed, but for the references it was given.
-    row_sql := format('(%s) || coalesce(y.replaced - %L::text[], ''{}'')', row_sql,
-                      ARRAY(SELECT r.value->>'column' FROM jsonb_array_elements(entry->'refs') r)
-                      || (entry->>'pk'));
-    IF joined THEN
-        RETURN format('SELECT y.ordinal, y.old, y.new, %s AS row'
-                      ' FROM (SELECT s.ordinal, s.pk AS old, s.fields, k.new, k.replaced%s'
-                      ' FROM outbox.relocation_rows s'
-                      ' LEFT JOIN outbox.relocation_pk_map k ON k.relocation = s.relocation'
-                      ' AND k.table_key = s.model AND k.old = s.pk%s'
-                      ' WHERE s.relocation = %L AND s.model = %L AND s.ordinal %s OFFSET 0) y',
-                      CASE WHEN unresolved = '' THEN row_sql
-                           ELSE 'CASE' || unresolved || ' ELSE ' || row_sql || ' END' END,
-                      columns, lookups, p_relocation, entry->>'model', ordinals);
-    END IF;
-    RETURN format('SELECT y.ordinal, y.old, y.new, %s AS row'
-                  ' FROM (SELECT s.ordinal, s.pk AS old, s.fields, %s%s'
-                  ' FROM outbox.relocation_rows s'
-                  ' WHERE s.relocation = %L AND s.model = %L AND s.ordinal %s OFFSET 0) y',
-                  CASE WHEN unresolved = '' THEN row_sql
-                       ELSE 'CASE' || unresolved || ' ELSE ' || row_sql || ' END' END,
-                  CASE WHEN deferred_null
-                       -- The insert step: the keys it just took, $3[1] for ordinal $1.
-                       THEN '$3[s.ordinal - $1 + 1] AS new, NULL::jsonb AS replaced'
-                       ELSE '(SELECT k.new FROM outbox.relocation_pk_map k'
-                            ' WHERE k.relocation = s.relocation AND k.table_key = s.model'
-                            ' AND k.old = s.pk) AS new,'
-                            ' (SELECT k.replaced FROM outbox.relocation_pk_map k'
-                            ' WHERE k.relocation = s.relocation AND k.table_key = s.model'
-                            ' AND k.old = s.pk) AS replaced' END,
-                  lookups, p_relocation, entry->>'model', ordinals);
-END
+    SELECT outbox._relocation_rows_statement(p_relocation::text, p_users_relocation::text,
+               entry->>'model', entry->>'pk',
+               coalesce(array_agg(r.value->>'column' ORDER BY r.n), '{}'),
+               coalesce(array_agg(r.value->>'parent' ORDER BY r.n), '{}'),
+               coalesce(array_agg(r.value->>'kind' = 'users' ORDER BY r.n), '{}'),
+               coalesce(array_agg((r.value->>'deferred')::boolean ORDER BY r.n), '{}'),
+               deferred_null, ordinals, joined)
+      FROM jsonb_array_elements(entry->'refs') WITH ORDINALITY r(value, n)
 $$;
 
 -- Raises the error of a row whose reference leads outside the export.
