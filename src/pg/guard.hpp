@@ -77,6 +77,10 @@ class SqlError : public std::exception {
 // Raises the SQL error described by the pieces copied out of a C++ exception.
 [[noreturn]] void raise_copied_error(int sqlstate, const char *message, const char *hint);
 
+// s as a palloc'd text, in a way that cannot raise a PostgreSQL error
+// (std::bad_alloc instead): for a C++ frame that still owns s.
+text *text_of(const std::string &s);
+
 // Runs a PostgreSQL call; a PostgreSQL error comes back as PgError.
 template <typename Fn> void pg_call_void(Fn &&fn) {
     MemoryContext caller_context = CurrentMemoryContext;

@@ -173,6 +173,12 @@ echo "A move waits for the source's last messages: organization 2, its shard pau
 # us holds organization 2's messages (pause_shard holds its link too).
 # Were the target to write outbox rows for what it imports and catches up,
 # control would take them first and us's older ones after.
+# The first writer's renames of project 721 applied in control first: the
+# next writer counts from 1 again, and a rename of the first one applied
+# late would look like a name going back (CI saw it once).
+first_rename_2=$(awk -F'\t' '$1 == 2 && $2 == "rename" {s = $4} END {print s}' "$work/writes")
+check "control has applied project 721's last rename before the next move" \
+    wait_on control 60 "SELECT payload->>'slug' FROM applied WHERE category = 5 AND object = 721 ORDER BY n DESC LIMIT 1" "$first_rename_2"
 rm -f "$work/stop" "$work/writes"
 applied_before=$(on control -c "SELECT coalesce(max(n), 0) FROM applied")
 on us -c "SELECT outbox.pause_shard('cell', 0, 2)" >/dev/null

@@ -281,9 +281,6 @@ BEGIN
          WHERE h.relid = rel;
         plan := plan || jsonb_build_array(jsonb_build_object(
             'model', v_model, 'relid', rel::oid, 'table', rel::text,
-            'qualified', (SELECT quote_ident(n.nspname) || '.' || quote_ident(c.relname)
-                            FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-                           WHERE c.oid = rel),
             'pk', pk, 'sequence', seq, 'columns', to_jsonb(cols), 'refs', refs,
             'first', span.first, 'last', span.last, 'count', span.n, 'hook', hook));
     END LOOP;
@@ -308,6 +305,17 @@ CREATE OR REPLACE FUNCTION outbox._relocation_rows_statement(relocation text,
     users_relocation text, model text, pk text, columns text[], parents text[], users boolean[],
     deferred boolean[], deferred_null boolean, ordinals text, joined boolean) RETURNS text
     LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox__relocation_rows_statement';
+
+-- A statement relocation runs on table tbl as its owner (through
+-- outbox._run_as_table_owner: $1 the keys or rows, one jsonb column out):
+-- insert_rows, insert_new_rows, upsert_rows, update_rows (columns set from
+-- the rows), clear_keys (columns set to NULL), delete_keys, count_keys,
+-- keys_where (key_column one of the keys), rows_of_keys, values_of_keys
+-- (key_column's, not NULL).  Built in C++
+-- from the names, quoted there (src/relocation/import/table_statements.hpp).
+CREATE OR REPLACE FUNCTION outbox._relocation_statement(kind text, tbl regclass, pk name,
+    columns name[] DEFAULT '{}', key_column name DEFAULT NULL) RETURNS text
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox__relocation_statement';
 
 CREATE OR REPLACE FUNCTION outbox._relocation_rows_sql(p_relocation uuid,
     p_users_relocation uuid, entry jsonb, deferred_null boolean,

@@ -2,7 +2,7 @@
 
 -- A row of table entry (rel) that a unique key refused (its key in the
 -- export: old_key): the collision hook's row instead, written with
--- strict_sql, or the error naming the row and the constraint.
+-- strict_sql (insert_rows), or the error naming the row and the constraint.
 CREATE OR REPLACE FUNCTION outbox._import_collided(st outbox.relocation_state, entry jsonb,
     rel regclass, strict_sql text, collided_row jsonb, old_key bigint) RETURNS void
 LANGUAGE plpgsql
@@ -29,9 +29,7 @@ BEGIN
            AND m.old = old_key;
     END IF;
     BEGIN
-        PERFORM outbox._relocation_write(st, rel,
-            format('WITH w AS (%s RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                   strict_sql, entry->>'pk', entry->>'pk'), ARRAY[replacement]);
+        PERFORM outbox._relocation_write(st, rel, strict_sql, ARRAY[replacement]);
     EXCEPTION WHEN unique_violation OR exclusion_violation THEN
         GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL, constraint_name = CONSTRAINT_NAME;
         RAISE EXCEPTION 'relocation %: row % of % collides with a row here on %',
@@ -60,10 +58,8 @@ DECLARE
     news bigint[];
     written jsonb[];
     rows_to_write jsonb[];
-    insert_sql text;
-    strict_sql text;
     collided record;
-    columns text;
+    columns name[];
 BEGIN
     SELECT array_agg(s.pk ORDER BY s.ordinal) INTO olds FROM outbox.relocation_rows s
      WHERE s.relocation = st.relocation AND s.ordinal BETWEEN lo AND hi;
@@ -84,15 +80,9 @@ BEGIN
                    outbox._relocation_rows_sql(st.relocation, st.users_relocation, entry, true))
        INTO rows_to_write USING lo, hi, news;
 
-    SELECT string_agg(quote_ident(c), ', '), string_agg('r.' || quote_ident(c), ', ')
-      INTO columns, insert_sql
-      FROM jsonb_array_elements_text(entry->'columns' || to_jsonb(entry->>'pk')) c;
-    strict_sql := format('INSERT INTO %s AS t (%s) OVERRIDING SYSTEM VALUE SELECT %s'
-                         ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%s, j) r',
-                         entry->>'qualified', columns, insert_sql, entry->>'qualified');
+    columns := ARRAY(SELECT jsonb_array_elements_text(entry->'columns'));
     written := outbox._relocation_write(st, rel,
-        format('WITH w AS (%s ON CONFLICT DO NOTHING RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-               strict_sql, entry->>'pk', entry->>'pk'),
+        outbox._relocation_statement('insert_new_rows', rel, entry->>'pk', columns),
         rows_to_write);
     IF cardinality(written) = cardinality(rows_to_write) THEN
         RETURN cardinality(written);
@@ -103,7 +93,9 @@ BEGIN
                       FROM unnest(rows_to_write) WITH ORDINALITY u(row, n)
                      WHERE NOT u.row->(entry->>'pk') = ANY (written)
                      ORDER BY u.n LOOP
-        PERFORM outbox._import_collided(st, entry, rel, strict_sql, collided.row, olds[collided.n]);
+        PERFORM outbox._import_collided(st, entry, rel,
+            outbox._relocation_statement('insert_rows', rel, entry->>'pk', columns), collided.row,
+            olds[collided.n]);
     END LOOP;
     RETURN cardinality(rows_to_write);
 END
@@ -157,15 +149,7 @@ BEGIN
         RETURN 0;
     END IF;
     RETURN cardinality(outbox._relocation_write(st, rel,
-        format('WITH w AS (UPDATE %s AS t SET (%s) = ROW(%s)'
-               ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%s, j) r'
-               ' WHERE t.%I OPERATOR(pg_catalog.=) r.%I RETURNING t.%I)'
-               ' SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-               entry->>'qualified',
-               (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-               (SELECT string_agg('r.' || quote_ident(c), ', ') FROM unnest(deferred) c),
-               entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk', entry->>'pk'),
-        updates));
+        outbox._relocation_statement('update_rows', rel, entry->>'pk', deferred::name[]), updates));
 END
 $$;
 

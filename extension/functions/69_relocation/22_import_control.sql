@@ -175,13 +175,8 @@ BEGIN
         -- Only the rows whose cycle columns the import set: an UPDATE of
         -- the others would be captured for nothing (issue 45).
         PERFORM outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-            format('WITH w AS (UPDATE %s AS t SET (%s) = ROW(%s) FROM pg_catalog.unnest($1) j'
-                   ' WHERE t.%I OPERATOR(pg_catalog.=) (j #>> ''{}'')::bigint AND (%s) RETURNING 1)'
-                   ' SELECT pg_catalog.to_jsonb(pg_catalog.count(*)) FROM w',
-                   entry->>'qualified',
-                   (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-                   (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c), entry->>'pk',
-                   (SELECT string_agg(format('t.%I IS NOT NULL', c), ' OR ') FROM unnest(deferred) c)),
+            outbox._relocation_statement('clear_keys', (entry->>'relid')::oid::regclass,
+                                         entry->>'pk', deferred::name[]),
             keys);
     END LOOP;
     FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) WITH ORDINALITY e(value, n)
@@ -190,10 +185,8 @@ BEGIN
                        WHERE m.relocation = p_relocation AND m.table_key = entry->>'model');
         CONTINUE WHEN cardinality(keys) = 0;
         deleted := deleted + (outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-            format('WITH w AS (DELETE FROM %s AS t USING pg_catalog.unnest($1) j'
-                   ' WHERE t.%I OPERATOR(pg_catalog.=) (j #>> ''{}'')::bigint RETURNING 1)'
-                   ' SELECT pg_catalog.to_jsonb(pg_catalog.count(*)) FROM w',
-                   entry->>'qualified', entry->>'pk'),
+            outbox._relocation_statement('delete_keys', (entry->>'relid')::oid::regclass,
+                                         entry->>'pk'),
             keys))[1]::text::bigint;
     END LOOP;
     UPDATE outbox.relocation_state s

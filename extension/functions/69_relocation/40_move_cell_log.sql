@@ -362,12 +362,10 @@ BEGIN
     END IF;
     IF p_side = 'target' THEN
         taken := outbox._run_as_table_owner(outbox._relocation_table(root),
-            format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = %s',
-                   (SELECT m.pk FROM outbox._move_tables() m WHERE m.model = root),
-                   outbox._relocation_table(root),
-                   (SELECT m.pk FROM outbox._move_tables() m WHERE m.model = root), p_organization),
-            '{}');
-        IF cardinality(taken) > 0 THEN
+            outbox._relocation_statement('count_keys', outbox._relocation_table(root),
+                (SELECT m.pk FROM outbox._move_tables() m WHERE m.model = root)),
+            ARRAY[to_jsonb(p_organization)]);
+        IF (taken[1]->>0)::bigint > 0 THEN
             RAISE EXCEPTION 'organization % cannot move to cell %: it is here already', p_organization, cell
                 USING ERRCODE = 'unique_violation',
                       HINT = 'A move keeps primary keys: each cell keeps its id ranges apart.';
@@ -461,9 +459,8 @@ SET search_path = pg_catalog, pg_temp
 AS $$
     SELECT coalesce(jsonb_object_agg(r->>(entry->>'pk'), r), '{}')
       FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-               format('SELECT pg_catalog.to_jsonb(t) FROM %s t WHERE t.%I = ANY (SELECT'
-                      ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
-                      entry->>'qualified', entry->>'pk'),
+               outbox._relocation_statement('rows_of_keys', (entry->>'relid')::oid::regclass,
+                                            entry->>'pk'),
                ARRAY(SELECT to_jsonb(k) FROM unnest(pks) k))) r
 $$;
 

@@ -9,12 +9,9 @@ CREATE OR REPLACE FUNCTION outbox._move_delete_rows(entry jsonb, keys jsonb[]) R
 LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-    SELECT cardinality(outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
-        format('WITH w AS (DELETE FROM %s t WHERE t.%I = ANY (SELECT'
-               ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-               ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-               entry->>'qualified', entry->>'pk', entry->>'pk', entry->>'pk'),
-        keys))
+    SELECT (outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
+        outbox._relocation_statement('delete_keys', (entry->>'relid')::oid::regclass, entry->>'pk'),
+        keys))[1]::text::int
 $$;
 
 -- Sets the cycles' columns of the organization's rows here (the members
@@ -32,13 +29,8 @@ BEGIN
             deferred := outbox._relocation_deferred(entry);
             CONTINUE WHEN cardinality(deferred) = 0;
             PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
-                format('WITH w AS (UPDATE %s t SET (%s) = ROW(%s) WHERE t.%I = ANY (SELECT'
-                       ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)'
-                       ' RETURNING t.%I) SELECT pg_catalog.to_jsonb(w.%I) FROM w',
-                       entry->>'qualified',
-                       (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-                       (SELECT string_agg('NULL', ', ') FROM unnest(deferred) c),
-                       entry->>'pk', entry->>'pk', entry->>'pk'),
+                outbox._relocation_statement('clear_keys', (entry->>'relid')::oid::regclass,
+                                             entry->>'pk', deferred::name[]),
                 ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
                        WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
                          AND mm.present));
@@ -74,10 +66,8 @@ BEGIN
                    WHERE f.relid = (entry->>'relid')::oid LOOP
             refs := ARRAY(SELECT DISTINCT (r OPERATOR(pg_catalog.#>>) '{}')::bigint FROM unnest(
                 outbox._run_as_table_owner(fk.relid,
-                    format('SELECT pg_catalog.to_jsonb(t.%1$I) FROM %2$s t WHERE t.%1$I IS NOT NULL'
-                           ' AND t.%3$I OPERATOR(pg_catalog.=) ANY (SELECT'
-                           ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
-                           fk.column_name, entry->>'qualified', entry->>'pk'),
+                    outbox._relocation_statement('values_of_keys', fk.relid, entry->>'pk',
+                                                 key_column => fk.column_name),
                     ARRAY(SELECT to_jsonb(mm.pk) FROM outbox.move_members mm
                            WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
                              AND mm.present))) r);
@@ -209,9 +199,7 @@ BEGIN
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
         answer := outbox._run_as_table_owner(t.relid,
-            format('SELECT pg_catalog.jsonb_build_array(pg_catalog.count(*), pg_catalog.min(t.%I::bigint))'
-                   ' FROM %s t WHERE t.%I = ANY (SELECT (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint'
-                   ' FROM pg_catalog.unnest($1) j)', t.pk, t.relid, t.pk),
+            outbox._relocation_statement('count_keys', t.relid, t.pk),
             ARRAY(SELECT e FROM jsonb_array_elements(k.value) e));
         model := k.key;
         "rows" := jsonb_array_length(k.value);

@@ -34,10 +34,9 @@ BEGIN
     END IF;
     SELECT k #>> '{}' INTO outsider
       FROM unnest(outbox._run_as_table_owner((entry->>'relid')::oid::regclass,
-               format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
-                      ' (j OPERATOR(pg_catalog.->>) %L)::bigint FROM pg_catalog.unnest($1) j)',
-                      entry->>'pk', entry->>'qualified', entry->>'pk', entry->>'pk'),
-               rows_to_write)) k
+               outbox._relocation_statement('keys_where', (entry->>'relid')::oid::regclass,
+                                            entry->>'pk', key_column => entry->>'pk'),
+               ARRAY(SELECT w->(entry->>'pk') FROM unnest(rows_to_write) w))) k
      WHERE NOT EXISTS (SELECT FROM outbox.move_members mm
                         WHERE mm.relocation = mv.relocation AND mm.model = entry->>'model'
                           AND mm.pk = (k #>> '{}')::bigint)
@@ -79,18 +78,8 @@ BEGIN
         cols := ARRAY(SELECT jsonb_array_elements_text(entry->'columns') EXCEPT SELECT unnest(deferred));
         applied := applied + cardinality(outbox._run_as_table_owner_uncaptured(
             (entry->>'relid')::oid::regclass,
-            format('WITH w AS (INSERT INTO %1$s AS t (%2$s) OVERRIDING SYSTEM VALUE SELECT %3$s'
-                   ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%1$s, j) r'
-                   ' ON CONFLICT (%4$I) DO %5$s RETURNING t.%4$I) SELECT pg_catalog.to_jsonb(w.%4$I) FROM w',
-                   entry->>'qualified',
-                   (SELECT string_agg(quote_ident(c), ', ') FROM unnest(cols || (entry->>'pk')) c),
-                   (SELECT string_agg('r.' || quote_ident(c), ', ') FROM unnest(cols || (entry->>'pk')) c),
-                   entry->>'pk',
-                   CASE WHEN cardinality(cols) = 0 THEN 'NOTHING'
-                        ELSE format('UPDATE SET (%s) = ROW(%s)',
-                                    (SELECT string_agg(quote_ident(c), ', ') FROM unnest(cols) c),
-                                    (SELECT string_agg('excluded.' || quote_ident(c), ', ') FROM unnest(cols) c))
-                   END),
+            outbox._relocation_statement('upsert_rows', (entry->>'relid')::oid::regclass,
+                                         entry->>'pk', cols::name[]),
             rows_to_write));
         INSERT INTO outbox.move_members AS mm (relocation, model, pk, present)
         SELECT mv.relocation, entry->>'model', (w->>(entry->>'pk'))::bigint, true
@@ -106,14 +95,8 @@ BEGIN
                                   AND jsonb_typeof(c->'fields') = 'object');
         CONTINUE WHEN cardinality(rows_to_write) = 0;
         PERFORM outbox._run_as_table_owner_uncaptured((entry->>'relid')::oid::regclass,
-            format('WITH w AS (UPDATE %1$s AS t SET (%2$s) = ROW(%3$s)'
-                   ' FROM pg_catalog.unnest($1) j, pg_catalog.jsonb_populate_record(NULL::%1$s, j) r'
-                   ' WHERE t.%4$I OPERATOR(pg_catalog.=) r.%4$I RETURNING t.%4$I)'
-                   ' SELECT pg_catalog.to_jsonb(w.%4$I) FROM w',
-                   entry->>'qualified',
-                   (SELECT string_agg(quote_ident(c), ', ') FROM unnest(deferred) c),
-                   (SELECT string_agg('r.' || quote_ident(c), ', ') FROM unnest(deferred) c),
-                   entry->>'pk'),
+            outbox._relocation_statement('update_rows', (entry->>'relid')::oid::regclass,
+                                         entry->>'pk', deferred::name[]),
             rows_to_write);
     END LOOP;
     FOR entry IN SELECT e.value FROM jsonb_array_elements(plan) WITH ORDINALITY e(value, n)

@@ -24,9 +24,8 @@ BEGIN
                 coalesce(extra->(child->>'model'), '[]') || to_jsonb(ARRAY(
                     SELECT (j #>> '{}')::bigint FROM unnest(outbox._run_as_table_owner(
                         (child->>'relid')::oid::regclass,
-                        format('SELECT pg_catalog.to_jsonb(t.%I) FROM %s t WHERE t.%I = ANY (SELECT'
-                               ' (j OPERATOR(pg_catalog.#>>) ''{}'')::bigint FROM pg_catalog.unnest($1) j)',
-                               child->>'pk', child->>'qualified', ref->>'column'),
+                        outbox._relocation_statement('keys_where', (child->>'relid')::oid::regclass,
+                                                     child->>'pk', key_column => ref->>'column'),
                         ARRAY(SELECT to_jsonb(c) FROM unnest(changed) c))) j)));
         END LOOP;
     END LOOP;

@@ -3,9 +3,7 @@
 // and errors of the import, the compare and a move's catch-up are as they
 // were.
 #include "relocation/import/rows_statement.hpp"
-
-#include <initializer_list>
-#include <string_view>
+#include "relocation/import/sql_text.hpp"
 
 namespace pgoutbox::relocation {
 
@@ -71,26 +69,6 @@ std::string text_array_text(const std::vector<std::string> &names) {
     }
     return out + "}";
 }
-
-namespace {
-
-// out with parts appended (one allocation at most, no temporaries).
-void add(std::string &out, std::initializer_list<std::string_view> parts) {
-    size_t size = out.size();
-    for (std::string_view part : parts)
-        size += part.size();
-    out.reserve(size);
-    for (std::string_view part : parts)
-        out.append(part);
-}
-
-std::string joined(std::initializer_list<std::string_view> parts) {
-    std::string out;
-    add(out, parts);
-    return out;
-}
-
-} // namespace
 
 std::string rows_statement(const RowsStatementRequest &r) {
     const std::string relocation = sql_literal(r.relocation);

@@ -15,8 +15,6 @@ extern "C" {
 #include "utils/builtins.h"
 }
 
-#include <new>
-
 using namespace pgoutbox;
 using namespace pgoutbox::relocation;
 
@@ -88,7 +86,7 @@ Arguments read_arguments(FunctionCallInfo fcinfo) {
     return args;
 }
 
-// The statement as text, or NULL when memory ran out (then bad_alloc).
+// The statement as text (std::bad_alloc when memory runs out).
 text *statement_text(const Arguments &args) {
     RowsStatementRequest request;
     request.relocation = args.text[0];
@@ -106,15 +104,7 @@ text *statement_text(const Arguments &args) {
     request.deferred_null = args.deferred_null;
     request.ordinals = args.ordinals;
     request.joined = args.joined;
-    std::string statement = rows_statement(request);
-    if (statement.size() > MaxAllocSize - VARHDRSZ)
-        throw std::bad_alloc();
-    auto *result = (text *)palloc_extended(statement.size() + VARHDRSZ, MCXT_ALLOC_NO_OOM);
-    if (result == nullptr)
-        throw std::bad_alloc();
-    SET_VARSIZE(result, statement.size() + VARHDRSZ);
-    memcpy(VARDATA(result), statement.data(), statement.size());
-    return result;
+    return pg::text_of(rows_statement(request));
 }
 
 } // namespace
