@@ -301,21 +301,6 @@ BEGIN
 END
 $$;
 
--- The drain's part in control: the messages of the organization that
--- control took from the source and has not applied yet.  The target's
--- messages are released only once they are gone too: control's receivers
--- take ids a block at a time, so in a shard that holds two cells' messages
--- ids do not follow the order they came in, and the target's newer ones
--- could be applied before the source's older ones.
-CREATE OR REPLACE FUNCTION outbox._move_held_here(mv outbox.organization_moves) RETURNS bigint
-LANGUAGE sql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-    SELECT count(*) FROM outbox.cell_outbox b
-     WHERE b.shard_identifier = mv.organization
-       AND b.shard_scope IN (SELECT o.scope FROM outbox.organization_scopes o)
-$$;
-
 -- Where a move goes after its step's answer: the step machine of
 -- src/relocation/move/move_machine.hpp (the answer's scalars by the names
 -- of its MoveAnswer).
@@ -373,10 +358,6 @@ BEGIN
         answer := outbox._move_call(mv, mv.from_cell, CASE mv.step WHEN 'drain' THEN 'drained'
                                                            ELSE mv.step END,
                                     jsonb_build_object('limit', chunk_rows));
-        IF mv.step = 'drain' AND jsonb_typeof(answer->'left') = 'number' THEN
-            answer := jsonb_set(answer, '{left}',
-                                to_jsonb((answer->>'left')::numeric + outbox._move_held_here(mv)));
-        END IF;
     END CASE;
     t := outbox._move_next(mv.step, mv.mode, chunk_rows, mv.rows_done, mv.rows_total, checked, answer);
     IF t.outcome = 'protocol_violation' THEN
