@@ -44,37 +44,37 @@ DROP ROLE rows_statement_nobody;
 
 -- A table's statements: its names quoted with quote_identifier, its schema
 -- with it; the statements run.
-CREATE SCHEMA "Odd Schema";
-CREATE TABLE "Odd Schema"."Table" ("Id" bigint PRIMARY KEY, "select" text, plain text);
-SELECT outbox._relocation_statement('insert_rows', '"Odd Schema"."Table"', 'Id', '{select,plain}');
-SELECT outbox._relocation_statement('clear_keys', '"Odd Schema"."Table"', 'Id', '{select}');
-SELECT outbox._relocation_statement('values_of_keys', '"Odd Schema"."Table"', 'Id', key_column => 'select');
-SELECT outbox._run_as_table_owner('"Odd Schema"."Table"',
-    outbox._relocation_statement('insert_rows', '"Odd Schema"."Table"', 'Id', '{select,plain}'),
+CREATE SCHEMA "Statements Schema";
+CREATE TABLE "Statements Schema"."Table" ("Id" bigint PRIMARY KEY, "select" text, plain text);
+SELECT outbox._relocation_statement('insert_rows', '"Statements Schema"."Table"', 'Id', '{select,plain}');
+SELECT outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{select}');
+SELECT outbox._relocation_statement('values_of_keys', '"Statements Schema"."Table"', 'Id', key_column => 'select');
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('insert_rows', '"Statements Schema"."Table"', 'Id', '{select,plain}'),
     ARRAY['{"Id": 1, "select": "a", "plain": "b"}', '{"Id": 2, "select": null, "plain": "c"}']::jsonb[]);
-SELECT outbox._run_as_table_owner('"Odd Schema"."Table"',
-    outbox._relocation_statement('upsert_rows', '"Odd Schema"."Table"', 'Id', '{plain}'),
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('upsert_rows', '"Statements Schema"."Table"', 'Id', '{plain}'),
     ARRAY['{"Id": 2, "select": "x", "plain": "d"}']::jsonb[]);
-SELECT outbox._run_as_table_owner('"Odd Schema"."Table"',
-    outbox._relocation_statement('count_keys', '"Odd Schema"."Table"', 'Id'),
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('count_keys', '"Statements Schema"."Table"', 'Id'),
     ARRAY['1', '2', '3']::jsonb[]);
 -- Only row 1 has "select" set: one row cleared.
-SELECT outbox._run_as_table_owner('"Odd Schema"."Table"',
-    outbox._relocation_statement('clear_keys', '"Odd Schema"."Table"', 'Id', '{select}'),
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{select}'),
     ARRAY['1', '2']::jsonb[]);
-SELECT * FROM "Odd Schema"."Table" ORDER BY 1;
-SELECT outbox._run_as_table_owner('"Odd Schema"."Table"',
-    outbox._relocation_statement('delete_keys', '"Odd Schema"."Table"', 'Id'),
+SELECT * FROM "Statements Schema"."Table" ORDER BY 1;
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('delete_keys', '"Statements Schema"."Table"', 'Id'),
     ARRAY['1', '2', '3']::jsonb[]);
 -- Bad arguments: each named.
-SELECT outbox._relocation_statement('drop_table', '"Odd Schema"."Table"', 'Id');
-SELECT outbox._relocation_statement(NULL, '"Odd Schema"."Table"', 'Id');
+SELECT outbox._relocation_statement('drop_table', '"Statements Schema"."Table"', 'Id');
+SELECT outbox._relocation_statement(NULL, '"Statements Schema"."Table"', 'Id');
 SELECT outbox._relocation_statement('rows_of_keys', NULL, 'Id');
 SELECT outbox._relocation_statement('rows_of_keys', 12345678::oid::regclass, 'Id');
-SELECT outbox._relocation_statement('rows_of_keys', '"Odd Schema"."Table"', NULL);
-SELECT outbox._relocation_statement('rows_of_keys', '"Odd Schema"."Table"', 'Id', NULL);
-SELECT outbox._relocation_statement('update_rows', '"Odd Schema"."Table"', 'Id');
-SELECT outbox._relocation_statement('keys_where', '"Odd Schema"."Table"', 'Id');
-SELECT outbox._relocation_statement('clear_keys', '"Odd Schema"."Table"', 'Id', '{a,NULL}');
-SELECT outbox._relocation_statement('clear_keys', '"Odd Schema"."Table"', 'Id', '{{a}}');
-DROP SCHEMA "Odd Schema" CASCADE;
+SELECT outbox._relocation_statement('rows_of_keys', '"Statements Schema"."Table"', NULL);
+SELECT outbox._relocation_statement('rows_of_keys', '"Statements Schema"."Table"', 'Id', NULL);
+SELECT outbox._relocation_statement('update_rows', '"Statements Schema"."Table"', 'Id');
+SELECT outbox._relocation_statement('keys_where', '"Statements Schema"."Table"', 'Id');
+SELECT outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{a,NULL}');
+SELECT outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{{a}}');
+DROP SCHEMA "Statements Schema" CASCADE;
