@@ -47,7 +47,7 @@ trap 'kill $writers 2>/dev/null; move_cells_stop' EXIT
 # application_name (a writer's: "writer <org>:<project>"), and each DDL
 # statement with its process (which a wait names as the holder).
 move_cells_setup "log_lock_waits = on" "deadlock_timeout = 10ms" "log_min_messages = log" \
-    "log_line_prefix = '%m [%p] %a '" "log_statement = ddl" || exit 1
+    "log_line_prefix = '%m [%p] %a '" "log_statement = ddl" "log_connections = on" || exit 1
 
 as_link() { ON_USER=outbox_link_control state_of "$@"; }
 new_uuid() { on control -c "SELECT gen_random_uuid()"; }
@@ -135,15 +135,17 @@ check "  ... and of no move it did not record (42704)" \
     test "$(ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$fake\"}')")" = 42704
 # A partition attached while the move runs, in both cells, carries the
 # fence and the change log as the others do.  (Its FOREIGN KEY locks
-# project against the writers for as long as it takes: its window is left
-# out of the writers' waits below.)
+# project against the writers for as long as it takes, and a TRUNCATE
+# queues them behind it while it waits for their transactions: the
+# window of the test's own statements, application_name test_ddl, is
+# left out of the writers' waits below.)
 ddl_from=$(date +%s.%N)
+export PGAPPNAME=test_ddl
 for cell in us eu; do
     on "$cell" -c "CREATE TABLE event_3 (LIKE event INCLUDING DEFAULTS);
                    ALTER TABLE event ATTACH PARTITION event_3 FOR VALUES FROM (100000000) TO (MAXVALUE);
                    GRANT SELECT, INSERT, UPDATE, DELETE ON event_3 TO move_app" >/dev/null
 done
-ddl_to=$(date +%s.%N)
 check "an INSERT through a partition attached during the move, in the fenced target: OBM01" \
     test "$(ON_USER=move_app state_of eu "INSERT INTO event_3 (id, project_id, message) VALUES (100000001, 2, 'fenced')")" = OBM01
 check "an INSERT through it in the source is taken" \
@@ -158,6 +160,8 @@ check "TRUNCATE of the parent is refused in the source while it moves" \
     test "$(state_of us "TRUNCATE event")" != ok
 check "  ... and of a partition too" \
     test "$(state_of us "TRUNCATE event_2")" != ok
+unset PGAPPNAME
+ddl_to=$(date +%s.%N)
 # The source's application role gives a new member of organization 1 the
 # key of organization 3's member in eu (on 0.9.0 the catch-up's upsert took
 # that member over, without an outbox row).  (A captured table's row with
@@ -203,22 +207,49 @@ for cell in us eu; do
         while IFS= read -r line; do
             if [[ $line =~ on\ relation\ ([0-9]+) ]]; then
                 line="$line (table $(on "$cell" -c "SELECT ${BASH_REMATCH[1]}::regclass"))"
-            elif [[ $line =~ holding\ the\ lock:\ ([0-9]+) ]]; then
-                line="$line; it ran: $(grep -h "\[${BASH_REMATCH[1]}\].*statement:" "${CELL_DIR[$cell]}/server.log" | sed 's/.*statement: //' | head -2 | tr '\n' ' ')"
+            elif [[ $line =~ holding\ the\ lock:\ ([0-9,\ ]+) ]]; then
+                for pid in ${BASH_REMATCH[1]//,/ }; do
+                    line="$line; $pid ran: $(grep -h "\[$pid\].*statement:" "${CELL_DIR[$cell]}/server.log" | sed 's/.*statement: //' | head -2 | tr '\n' ' ')"
+                done
             fi
             echo "# $cell: $line"
         done
 done
-# The issue's goal is 50 ms for another tenant; the bound here is generous
-# for a shared 2-core machine (bench/relocation/tenants.sh measures).
-check "another tenant's writer in the source never waits on the move for 200 ms" \
-    test "$(longest 2)" -lt 200
+# move_waits CELL: the lock waits of 10 ms or more of the other tenants'
+# writers there that the test's own statements do not explain.  A wait
+# names every holder of the lock, in any mode, and the waiters ahead: the
+# test's DDL or TRUNCATE among them is the cause (each of its sessions is
+# known by its application_name, test_ddl, in its connection's line).
+move_waits() {
+    local log=${CELL_DIR[$1]}/server.log
+    grep -A1 'writer [23]:.*still waiting' "$log" |
+        sed -n 's/.*holding the lock: \([0-9, ]*\)\. Wait queue: \([0-9, ]*\)\..*/\1, \2/p' |
+        awk -v own="$(grep 'connection authorized:.*application_name=test_ddl' "$log" |
+            sed -n 's/^[^[]*\[\([0-9]*\)\].*/\1/p' | tr '\n' ' ')" '
+            BEGIN { split(own, d, " "); for (i in d) is_own[d[i]] = 1 }
+            { n = split($0, h, /, */); explained = 0
+              for (i = 1; i <= n; i++) if (h[i] in is_own) explained = 1
+              if (!explained) waits++ }
+            END { print waits + 0 }'
+}
+check "another tenant's writer in the source waits on no lock of the move for 10 ms" \
+    test "$(move_waits us)" = 0
 check "  ... nor in the target" \
-    test "$(longest 3)" -lt 200
+    test "$(move_waits eu)" = 0
+# The issue's goal is 50 ms for another tenant; the bound here is generous
+# for a shared 2-core machine (bench/relocation/tenants.sh measures), and
+# three times that under the sanitizers, which slow every backend: there a
+# write waited 277 ms for no lock at all (the check above is the precise one).
+scale=${OUTBOX_SANITIZE:+3}
+scale=${scale:-1}
+check "another tenant's writer in the source never waits for $((200 * scale)) ms through the move" \
+    test "$(longest 2)" -lt $((200 * scale))
+check "  ... nor in the target" \
+    test "$(longest 3)" -lt $((200 * scale))
 # The issue's goal for the moving organization's own writer is 200 ms in
 # all, at the cutover; the bound here is generous for a shared machine.
-check "the moving organization's writer waits under 500 ms for any write (refusals included)" \
-    test "$(longest 1)" -lt 500
+check "the moving organization's writer waits under $((500 * scale)) ms for any write (refusals included)" \
+    test "$(longest 1)" -lt $((500 * scale))
 
 echo "A stale client writes to organization 1 in us after the move"
 check "an INSERT whose foreign key refers to organization 1: OBM01, not 23503" \
