@@ -20,9 +20,33 @@ BEGIN
 END
 $$;
 
+-- pause_relocation, resume_relocation and cancel_relocation ask the one
+-- state machine of relocations (src/relocation/lifecycle.hpp) whether
+-- they may act, and which state they leave; it raises the refusal.
+CREATE OR REPLACE FUNCTION outbox._relocation_decide(kind text, relocation uuid, state text,
+    step text, organization bigint, to_cell text, operation text) RETURNS text
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__relocation_decide';
+
+-- The same for an import here, locked (a chunk under way holds the row:
+-- this waits for it).
+CREATE OR REPLACE FUNCTION outbox._import_decide(p_relocation uuid, operation text)
+RETURNS outbox.relocation_state
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    st outbox.relocation_state := outbox._relocation_locked(p_relocation);
+BEGIN
+    st.state := outbox._relocation_decide('import', p_relocation, st.state, NULL, NULL, NULL,
+                                          operation);
+    RETURN st;
+END
+$$;
+
 -- The extension owner's: stops an import under way at the end of its
 -- current chunk (the CALL then returns); a CALL resumes it.  An import
--- whose session died is importing too, and may be paused.
+-- whose session died is importing too, and may be paused.  A move driven
+-- from here pauses after its step under way, before its fence only.
 CREATE OR REPLACE FUNCTION outbox.pause_relocation(relocation uuid) RETURNS void
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
@@ -30,22 +54,19 @@ AS $$
 #variable_conflict use_variable
 DECLARE
     p_relocation uuid := relocation;
-    st outbox.relocation_state;
     mv outbox.organization_moves;
+    st outbox.relocation_state;
 BEGIN
     PERFORM outbox._require(p_relocation, 'relocation');
     mv := outbox._move_locked(p_relocation);
     IF mv.relocation IS NOT NULL THEN
-        PERFORM outbox._pause_move(mv);
+        mv.state := outbox._move_decide(mv, 'pause');
+        UPDATE outbox.organization_moves o SET state = mv.state, updated_at = clock_timestamp()
+         WHERE o.relocation = p_relocation;
         RETURN;
     END IF;
-    -- Waits for the chunk under way, which holds the row.
-    st := outbox._relocation_locked(p_relocation);
-    IF st.state <> 'importing' THEN
-        RAISE EXCEPTION 'relocation % is %: only an import under way can be paused',
-            p_relocation, st.state USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
-    UPDATE outbox.relocation_state s SET state = 'paused', updated_at = clock_timestamp()
+    st := outbox._import_decide(p_relocation, 'pause');
+    UPDATE outbox.relocation_state s SET state = st.state, updated_at = clock_timestamp()
      WHERE s.relocation = p_relocation;
 END
 $$;
@@ -161,11 +182,7 @@ BEGIN
     IF mv.relocation IS NOT NULL THEN
         RETURN outbox._cancel_move(mv);
     END IF;
-    st := outbox._relocation_locked(p_relocation);
-    IF st.state = 'cancelled' THEN
-        RAISE EXCEPTION 'relocation % is already cancelled', p_relocation
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    END IF;
+    st := outbox._import_decide(p_relocation, 'cancel');
     FOR entry IN SELECT e.value FROM jsonb_array_elements(st.plan) WITH ORDINALITY e(value, n)
                   ORDER BY e.n DESC LOOP
         deferred := outbox._relocation_deferred(entry);
@@ -190,7 +207,7 @@ BEGIN
             keys))[1]::text::bigint;
     END LOOP;
     UPDATE outbox.relocation_state s
-       SET state = 'cancelled', step = NULL, updated_at = clock_timestamp(),
+       SET state = st.state, step = NULL, updated_at = clock_timestamp(),
            finished_at = clock_timestamp()
      WHERE s.relocation = p_relocation;
     RETURN deleted;

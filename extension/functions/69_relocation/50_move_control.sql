@@ -118,25 +118,14 @@ AS $$
      WHERE o.relocation = p_relocation AND o.side = 'control' FOR UPDATE
 $$;
 
--- pause_relocation of a move: before its fence only (a pause after it would
--- hold the organization's writes).
-CREATE OR REPLACE FUNCTION outbox._pause_move(mv outbox.organization_moves) RETURNS void
-LANGUAGE plpgsql
+-- _relocation_decide for a move driven from here.
+CREATE OR REPLACE FUNCTION outbox._move_decide(mv outbox.organization_moves, operation text)
+RETURNS text
+LANGUAGE sql
 SET search_path = pg_catalog, pg_temp
 AS $$
-BEGIN
-    IF mv.state <> 'moving' THEN
-        RAISE EXCEPTION 'relocation % is %: only a move under way can be paused', mv.relocation,
-            mv.state USING ERRCODE = 'object_not_in_prerequisite_state';
-    ELSIF mv.step NOT IN ('prepare', 'export', 'check', 'copy', 'import', 'catch_up') THEN
-        RAISE EXCEPTION 'relocation % is at step %, past its fence: a pause would hold organization %''s writes',
-            mv.relocation, mv.step, mv.organization
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Wait for the move to end, or cancel it before its switch.';
-    END IF;
-    UPDATE outbox.organization_moves o SET state = 'paused', updated_at = clock_timestamp()
-     WHERE o.relocation = mv.relocation;
-END
+    SELECT outbox._relocation_decide(mv.mode, mv.relocation, mv.state, mv.step, mv.organization,
+                                     mv.to_cell, operation)
 $$;
 
 -- The extension owner's: a paused move goes on (control's worker takes it
@@ -152,15 +141,11 @@ BEGIN
     PERFORM outbox._require(relocation, 'relocation');
     mv := outbox._move_locked(relocation);
     IF mv.relocation IS NULL THEN
-        RAISE EXCEPTION 'relocation % is no move driven from here', relocation
-            USING ERRCODE = 'invalid_parameter_value',
-                  HINT = 'An import resumes with CALL outbox.import_organizations (or import_users) again.';
-    ELSIF mv.state NOT IN ('paused', 'failed') THEN
-        RAISE EXCEPTION 'relocation % is %: only a paused or failed move can be resumed', relocation,
-            mv.state USING ERRCODE = 'object_not_in_prerequisite_state';
+        PERFORM outbox._import_decide(relocation, 'resume'); -- refused: its CALL resumes it
     END IF;
+    mv.state := outbox._move_decide(mv, 'resume');
     UPDATE outbox.organization_moves o
-       SET state = 'moving', retry_at = NULL, failures = 0, error = NULL,
+       SET state = mv.state, retry_at = NULL, failures = 0, error = NULL,
            updated_at = clock_timestamp()
      WHERE o.relocation = mv.relocation;
     PERFORM outbox._wake_worker_at_commit();
@@ -179,21 +164,13 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     deleted bigint;
+    new_state text := outbox._move_decide(mv, 'cancel');
 BEGIN
-    IF mv.state = 'cancelled' THEN
-        RAISE EXCEPTION 'relocation % is already cancelled', mv.relocation
-            USING ERRCODE = 'object_not_in_prerequisite_state';
-    ELSIF mv.state = 'complete' OR mv.step IN ('switch', 'drain', 'delete', 'done') THEN
-        RAISE EXCEPTION 'relocation % is past its cutover: organization % lives in cell % now',
-            mv.relocation, mv.organization, mv.to_cell
-            USING ERRCODE = 'object_not_in_prerequisite_state',
-                  HINT = 'Move it back with outbox.relocate_organization.';
-    END IF;
     PERFORM outbox._move_call(mv, mv.from_cell, 'cancel');
     deleted := (outbox._move_call(mv, mv.to_cell, 'cancel')->>'deleted')::bigint;
     UPDATE outbox.organization_moves o
-       SET state = 'cancelled', step = 'cancelled', fenced = false, updated_at = clock_timestamp(),
-           finished_at = clock_timestamp()
+       SET state = new_state, step = 'cancelled', fenced = false,
+           updated_at = clock_timestamp(), finished_at = clock_timestamp()
      WHERE o.relocation = mv.relocation;
     RETURN deleted;
 END
