@@ -34,38 +34,33 @@ const char *text_argument(FunctionCallInfo fcinfo, int arg) {
     return PG_ARGISNULL(arg) ? "" : text_to_cstring(PG_GETARG_TEXT_PP(arg));
 }
 
+// The position of argument arg's value among the three names (the enum's
+// order), or an ERROR naming the argument.
+int one_of(FunctionCallInfo fcinfo, int arg, const char *arg_name, const char *const names[3]) {
+    if (PG_ARGISNULL(arg))
+        ereport(ERROR,
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("%s must not be NULL", arg_name)));
+    const char *value = text_argument(fcinfo, arg);
+    for (int i = 0; i < 3; i++)
+        if (strcmp(value, names[i]) == 0)
+            return i;
+    ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                    errmsg("%s: %s is none of %s, %s and %s", arg_name, quote_literal_cstr(value),
+                           names[0], names[1], names[2])));
+    return -1; // not reached
+}
+
 Arguments read_arguments(FunctionCallInfo fcinfo) {
-    const char *names[] = {"kind", "relocation", "state"};
-    for (int a = 0; a < 3; a++)
-        if (PG_ARGISNULL(a))
-            ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
-                            errmsg("%s must not be NULL", names[a])));
-    if (PG_ARGISNULL(6))
-        ereport(ERROR,
-                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("operation must not be NULL")));
+    const char *const kinds[3] = {"import", "move", "fork"};
+    const char *const operations[3] = {"pause", "resume", "cancel"};
     Arguments args;
-    const char *kind = text_argument(fcinfo, 0);
-    if (strcmp(kind, "import") == 0)
-        args.kind = RelocationKind::Import;
-    else if (strcmp(kind, "move") == 0)
-        args.kind = RelocationKind::Move;
-    else if (strcmp(kind, "fork") == 0)
-        args.kind = RelocationKind::Fork;
-    else
+    args.kind = static_cast<RelocationKind>(one_of(fcinfo, 0, "kind", kinds));
+    args.operation = static_cast<Operation>(one_of(fcinfo, 6, "operation", operations));
+    if (PG_ARGISNULL(1))
         ereport(ERROR,
-                (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                 errmsg("kind: %s is none of import, move and fork", quote_literal_cstr(kind))));
-    const char *operation = text_argument(fcinfo, 6);
-    if (strcmp(operation, "pause") == 0)
-        args.operation = Operation::Pause;
-    else if (strcmp(operation, "resume") == 0)
-        args.operation = Operation::Resume;
-    else if (strcmp(operation, "cancel") == 0)
-        args.operation = Operation::Cancel;
-    else
-        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                        errmsg("operation: %s is none of pause, resume and cancel",
-                               quote_literal_cstr(operation))));
+                (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("relocation must not be NULL")));
+    if (PG_ARGISNULL(2))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("state must not be NULL")));
     args.relocation = DatumGetCString(DirectFunctionCall1(uuid_out, PG_GETARG_DATUM(1)));
     args.state = text_argument(fcinfo, 2);
     args.step = text_argument(fcinfo, 3);
