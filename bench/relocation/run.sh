@@ -14,11 +14,14 @@
 # default chunks of 1,000 rows and with chunks of 10,000.
 #
 #   bash bench/relocation/run.sh        # RUNS=3
-# Prints a Markdown table and writes it to bench/relocation/results.md.
+#   SCALE=10 bash bench/relocation/run.sh   # about 1,000,000 rows
+# Prints a Markdown table and writes it to bench/relocation/results.md
+# (results-scale<SCALE>.md for another SCALE).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
 RUNS=${RUNS:-3}
+SCALE=${SCALE:-1}
 work=$(mktemp -d)
 source_dir= source_port=
 stop_both() {
@@ -40,7 +43,8 @@ src() { PGHOST=$source_dir PGPORT=$source_port psql -X -q -tA -v ON_ERROR_STOP=1
 # the second organization deleted, for pg_dump.
 for db in app only_org; do
     src -c "CREATE DATABASE $db"
-    src -d $db -c "CREATE EXTENSION pg_outbox" -f "$root/test/harness/organization_schema.sql" \
+    src -d $db -v scale="$SCALE" -c "CREATE EXTENSION pg_outbox" \
+        -f "$root/test/harness/organization_schema.sql" \
         -f "$root/test/harness/organization_data.sql" >/dev/null
 done
 src -d only_org >/dev/null <<'SQL'
@@ -169,7 +173,7 @@ version=$(q -d target -c "SELECT extversion FROM pg_extension WHERE extname = 'p
 report=$(cat <<MD
 # pg_outbox relocation benchmark
 
-$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $(q -c "SHOW server_version") | pg_outbox $version | \`bash bench/relocation/run.sh\` RUNS=$RUNS
+$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $(q -c "SHOW server_version") | pg_outbox $version | \`bash bench/relocation/run.sh\` RUNS=$RUNS SCALE=$SCALE
 
 One organization of $rows rows over nine tables (test/harness/organization_*.sql) from one cluster to another on this machine; medians of $RUNS runs, every contender in every run, each phase timed by the client's clock around its psql.
 
@@ -195,4 +199,6 @@ The floor is what an import with new keys costs in this database however it is w
 MD
 )
 echo "$report"
-echo "$report" >"$root/bench/relocation/results.md"
+results=$root/bench/relocation/results.md
+[[ $SCALE == 1 ]] || results=$root/bench/relocation/results-scale$SCALE.md
+echo "$report" >"$results"
