@@ -22,7 +22,9 @@ fi
 cmake_log=$(mktemp)
 cmake -S . -B build >"$cmake_log" 2>&1 || { cat "$cmake_log" >&2; exit 1; }
 rm -f "$cmake_log"
-if tidy=$(clang-tidy -p build --quiet --warnings-as-errors='*' $sources 2>&1); then
+# Two at a time (CI's machine has two cores): half the step's time.
+if tidy=$(printf '%s\n' $sources | xargs -P 2 -n 8 clang-tidy -p build --quiet \
+              --warnings-as-errors='*' 2>&1); then
     echo "ok - clang-tidy ($(echo $sources | wc -w) files)"
 else
     echo "$tidy" | grep -E 'warning:|error:' | head -n 40 >&2

@@ -12,7 +12,11 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
 trap 'cluster_stop' EXIT
 redis_start
-cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
+# A budget above the table's 10,000 rows: without the guard the whole table
+# would go into the shard at once, and with it the resumed backfill ends
+# within this minute's budget instead of waiting for the next one.
+cluster_start "outbox.naptime = 100" "outbox.database_name = postgres" \
+    "outbox.backfill_rate_per_minute = 100000"
 
 source "$root/test/harness/check.sh"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
