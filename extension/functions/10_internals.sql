@@ -48,6 +48,59 @@ BEGIN
 END
 $$;
 
+-- The id of the registered scope, or an error naming it.
+CREATE OR REPLACE FUNCTION outbox._scope_id(scope text) RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_id int;
+BEGIN
+    PERFORM outbox._require(scope, 'scope');
+    SELECT s.id INTO found_id FROM outbox.scopes s WHERE s.name = _scope_id.scope;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'scope % is not registered', quote_literal(scope)
+            USING ERRCODE = 'undefined_object', HINT = 'Register it with outbox.register_scope().';
+    END IF;
+    RETURN found_id;
+END
+$$;
+
+-- The id of the registered category, or an error naming it.
+CREATE OR REPLACE FUNCTION outbox._category_id(category text) RETURNS int
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    found_id int;
+BEGIN
+    PERFORM outbox._require(category, 'category');
+    SELECT c.id INTO found_id FROM outbox.categories c WHERE c.name = _category_id.category;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'category % is not registered', quote_literal(category)
+            USING ERRCODE = 'undefined_object',
+                  HINT = 'Register it with outbox.register_category().';
+    END IF;
+    RETURN found_id;
+END
+$$;
+
+-- cell (the argument arg_name) is a registered cell, or an error naming it.
+CREATE OR REPLACE FUNCTION outbox._require_cell(cell text, arg_name text) RETURNS void
+LANGUAGE plpgsql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    PERFORM outbox._require(cell, arg_name);
+    IF NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = _require_cell.cell) THEN
+        RAISE EXCEPTION '%cell % is not registered',
+            CASE WHEN arg_name <> 'cell' THEN arg_name || ': ' ELSE '' END, quote_literal(cell)
+            USING ERRCODE = 'undefined_object',
+                  HINT = format('SELECT outbox.register_cell(%L);', cell);
+    END IF;
+END
+$$;
+
 CREATE OR REPLACE FUNCTION outbox._check_id(id int, arg_name text) RETURNS void
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp

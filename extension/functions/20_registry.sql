@@ -40,13 +40,8 @@ DECLARE
     existing record;
 BEGIN
     PERFORM outbox._check_name(name, 'name', '^[A-Za-z_][A-Za-z0-9_]*$');
-    PERFORM outbox._require(scope, 'scope');
+    scope_id := outbox._scope_id(scope);
     PERFORM outbox._check_id(id, 'id');
-    SELECT s.id INTO scope_id FROM outbox.scopes s WHERE s.name = register_category.scope;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'scope % is not registered', quote_literal(scope)
-            USING ERRCODE = 'undefined_object', HINT = 'Register it with outbox.register_scope().';
-    END IF;
     LOCK TABLE outbox.categories IN SHARE ROW EXCLUSIVE MODE;
     SELECT c.id, s.name AS scope_name, c.scope INTO existing
       FROM outbox.categories c JOIN outbox.scopes s ON s.id = c.scope

@@ -9,13 +9,8 @@ DECLARE
     category_id int;
     f record;
 BEGIN
-    PERFORM outbox._require(category, 'category');
+    category_id := outbox._category_id(category);
     PERFORM outbox._require(handler, 'handler');
-    SELECT c.id INTO category_id FROM outbox.categories c WHERE c.name = register_handler.category;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'category % is not registered', quote_literal(category)
-            USING ERRCODE = 'undefined_object';
-    END IF;
     SELECT p.prokind, p.proretset, p.prorettype, p.pronargs, p.proargtypes INTO f
       FROM pg_proc p WHERE p.oid = handler;
     IF NOT FOUND THEN

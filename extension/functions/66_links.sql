@@ -128,10 +128,7 @@ BEGIN
     PERFORM outbox._require(server, 'server');
     PERFORM outbox._require(cell_name, 'cell_name');
     PERFORM outbox._require_link_server(server);
-    IF NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = link_control.cell_name) THEN
-        RAISE EXCEPTION 'cell % is not registered', quote_literal(cell_name)
-            USING ERRCODE = 'undefined_object';
-    END IF;
+    PERFORM outbox._require_cell(cell_name, 'cell_name');
     PERFORM outbox._require_link_role(link_role, 'control');
     INSERT INTO outbox.control_link AS l (server, cell_name, link_role, link_role_oid)
     VALUES (server, cell_name, link_role,

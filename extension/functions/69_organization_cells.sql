@@ -20,11 +20,7 @@ BEGIN
         DELETE FROM outbox.organization_cells o WHERE o.organization = organization;
         RETURN;
     END IF;
-    IF NOT EXISTS (SELECT FROM outbox.cells c WHERE c.name = cell) THEN
-        RAISE EXCEPTION 'cell % is not registered', quote_literal(cell)
-            USING ERRCODE = 'undefined_object',
-                  HINT = format('SELECT outbox.register_cell(%L);', cell);
-    END IF;
+    PERFORM outbox._require_cell(cell, 'cell');
     INSERT INTO outbox.organization_cells AS o (organization, cell)
     VALUES (organization, cell)
     ON CONFLICT ON CONSTRAINT organization_cells_pkey
@@ -71,16 +67,9 @@ CREATE OR REPLACE FUNCTION outbox.set_organization_scope(scope text) RETURNS voi
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    scope_id int;
 BEGIN
-    PERFORM outbox._require(scope, 'scope');
-    SELECT s.id INTO scope_id FROM outbox.scopes s WHERE s.name = set_organization_scope.scope;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'scope % is not registered', quote_literal(scope)
-            USING ERRCODE = 'undefined_object';
-    END IF;
-    INSERT INTO outbox.organization_scopes (scope) VALUES (scope_id) ON CONFLICT DO NOTHING;
+    INSERT INTO outbox.organization_scopes (scope) VALUES (outbox._scope_id(scope))
+        ON CONFLICT DO NOTHING;
 END
 $$;
 
@@ -112,13 +101,8 @@ AS $$
 DECLARE
     category_id int;
 BEGIN
-    PERFORM outbox._require(category, 'category');
+    category_id := outbox._category_id(category);
     PERFORM outbox._require(table_key, 'table_key');
-    SELECT k.id INTO category_id FROM outbox.categories k WHERE k.name = set_organization_root.category;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'category % is not registered', quote_literal(category)
-            USING ERRCODE = 'undefined_object';
-    END IF;
     IF table_key = '' THEN
         RAISE EXCEPTION 'table_key must not be empty' USING ERRCODE = 'invalid_parameter_value';
     END IF;

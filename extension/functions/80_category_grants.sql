@@ -1,24 +1,6 @@
 ------------------------------------------------------------------------------
 -- Category grants
 ------------------------------------------------------------------------------
-CREATE OR REPLACE FUNCTION outbox._category_id(category text) RETURNS int
-LANGUAGE plpgsql STABLE
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    found_id int;
-BEGIN
-    PERFORM outbox._require(category, 'category');
-    SELECT c.id INTO found_id FROM outbox.categories c WHERE c.name = _category_id.category;
-    IF NOT FOUND THEN
-        RAISE EXCEPTION 'category % is not registered', quote_literal(category)
-            USING ERRCODE = 'undefined_object',
-                  HINT = 'Register it with outbox.register_category().';
-    END IF;
-    RETURN found_id;
-END
-$$;
-
 CREATE OR REPLACE FUNCTION outbox._check_privilege_name(privilege text) RETURNS text
 LANGUAGE plpgsql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
