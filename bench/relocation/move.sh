@@ -91,7 +91,11 @@ for run in $(seq "$RUNS"); do
     cold_ms=$(($(now_ms) - start))
 
     echo "$steps" >"$work/steps_$run"
-    echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms $wait_1 $wait_2" >>"$work/runs"
+    # The online move's copy and import steps (as the polls saw them).
+    step_ms() { echo "$steps" | tr ',' '\n' | awk -v s="$1" '$1 == s {print $2}'; }
+    copy_step_ms=$(step_ms copy)
+    import_step_ms=$(step_ms import)
+    echo "$rows_1 $rows_2 $online_ms $pause_ms $copy_done_ms $max_lag $writes $longest_retry_ms $missing $export_ms $load_ms $import_ms $cold_ms $switched_ms $wait_1 $wait_2 ${copy_step_ms:-0} ${import_step_ms:-0}" >>"$work/runs"
     cells_stop
     rm -f "$work/env"
 done
@@ -100,7 +104,8 @@ read -r rows_1 rows_2 _ <"$work/runs"
 col() { awk -v c="$1" '{print $c}' "$work/runs" | median; }
 online=$(col 3) pause=$(col 4) copied=$(col 5) lag=$(col 6) writes=$(col 7) retry=$(col 8) missing=$(col 9)
 export_ms=$(col 10) load=$(col 11) import=$(col 12) cold=$(col 13) switched=$(col 14)
-wait_1=$(col 15) wait_2=$(col 16)
+wait_1=$(col 15) wait_2=$(col 16) copy_step=$(col 17) import_step=$(col 18)
+rows_moved=$((copy_step + import_step)) rows_cold=$((load + import))
 version=$(awk -F"'" '/default_version/ {print $2}' "$root/extension/pg_outbox.control")
 machine="$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(awk '/MemTotal/ {printf "%d GiB", $2/1048576}' /proc/meminfo) | $("$PG_BIN/postgres" --version | awk '{print "PostgreSQL " $3}') | pg_outbox $version"
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
@@ -121,6 +126,7 @@ Three clusters on this machine (control, us, eu). Organization 1 ($rows_1 rows o
 | longest wait of one write, the moving organization's writer (from its first try to its commit, refusals included) | $wait_1 ms | its writes stopped for $cold ms | $(ratio "$wait_1" "$cold") |
 | longest wait of one write, another organization's writer in us (a process of its own, $RATE writes a second) | $wait_2 ms | | |
 | cold phases | | export $export_ms ms, load $load ms, import $import ms | |
+| the rows into eu: online the steps copy ($copy_step ms) and import ($import_step ms), keys kept, under the writes; cold the load and the import, new keys | $rows_moved ms | $rows_cold ms | $(ratio "$rows_moved" "$rows_cold") |
 
 Steps of the online move (last run, as control's relocations view showed them every 0.1 s): $(cat "$work/steps_$RUNS")
 

@@ -53,8 +53,14 @@ CREATE UNIQUE INDEX ON outbox.organization_moves (organization, side)
 -- or one that refers to one of them.  A row that left the organization (it
 -- was deleted, or now refers elsewhere) stays, not present: the catch-up
 -- that found it gone gives its deletion again when it is read again.
+-- No foreign key to organization_moves: the export and the copy write a
+-- member for every row of the organization, and a key's check for each
+-- took two thirds of the copy's time in the target and as much again of
+-- the export in the source (issue 45).  Only the move's own steps write
+-- members, for the move whose row they hold; a cancel deletes them (no
+-- move's row is ever deleted).
 CREATE TABLE outbox.move_members (
-    relocation uuid    NOT NULL REFERENCES outbox.organization_moves ON DELETE CASCADE,
+    relocation uuid    NOT NULL,
     model      text    NOT NULL,
     pk         bigint  NOT NULL,
     present    boolean NOT NULL DEFAULT true,

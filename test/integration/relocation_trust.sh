@@ -322,4 +322,35 @@ on control -c "SELECT outbox.cancel_relocation('$moved')" >/dev/null
 check "  ... cancelled: organization 1 lives in eu, none of it in us" \
     test "$(on control -c "SELECT outbox.organization_cell(1)"):$(on us -c "SELECT count(*) FROM project WHERE organization_id = 1")" = eu:0
 
+echo "A compromised source answers the copy with a chunk that is not JSON"
+# Control passes a chunk on to the target as the source's text
+# (_move_relay_chunk): one JSON value, or the step fails there, before the
+# target reads a byte of it; the relocation the target stages under is
+# control's, whatever the chunk says.
+on us >/dev/null <<SQL
+ALTER FUNCTION outbox.relocation_peer(int, text, jsonb) RENAME TO relocation_peer_honest;
+CREATE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb) RETURNS text
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS \$\$
+DECLARE
+    answer text := outbox.relocation_peer_honest(protocol, operation, argument)::text;
+BEGIN
+    IF operation = 'chunk' THEN
+        answer := answer || ', "relocation": "$fake"';
+    END IF;
+    RETURN answer;
+END \$\$;
+GRANT EXECUTE ON FUNCTION outbox.relocation_peer(int, text, jsonb) TO outbox_link_control;
+SQL
+lying=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
+check "the copy fails at control, saying the chunk is not JSON" \
+    wait_on control 120 "SELECT step || ' ' || (error LIKE '%invalid input syntax for type json%') FROM outbox.relocations WHERE relocation = '$lying'" "copy true"
+check "  ... eu staged nothing, under either relocation" \
+    test "$(on eu -c "SELECT count(*) FROM outbox.relocation_rows WHERE relocation IN ('$lying', '$fake')")" = 0
+on us >/dev/null <<'SQL'
+DROP FUNCTION outbox.relocation_peer(int, text, jsonb);
+ALTER FUNCTION outbox.relocation_peer_honest(int, text, jsonb) RENAME TO relocation_peer;
+SQL
+check "  ... the honest source again: the copy goes on, and the move ends with organization 2 in eu" \
+    wait_on control 180 "SELECT state || ' ' || outbox.organization_cell(2) FROM outbox.relocations WHERE relocation = '$lying'" "complete eu"
+
 checks_done relocation_trust.sh

@@ -142,7 +142,8 @@ END
 $$;
 
 -- stage (target): a chunk of the source's export into relocation_rows; a
--- chunk sent again adds nothing.
+-- chunk sent again adds nothing.  Says which ordinals the chunk held
+-- (first_row, row_count): control's copy step goes on from them.
 CREATE OR REPLACE FUNCTION outbox._move_stage(mv outbox.organization_moves, chunk jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -155,16 +156,22 @@ BEGIN
         RAISE EXCEPTION 'relocation %: a chunk is an array of rows', mv.relocation
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
-    SELECT mv.relocation, (c->>0)::bigint, c->>1, (c->>2)::bigint, c->3
-      FROM jsonb_array_elements(chunk) c
-    ON CONFLICT DO NOTHING;
-    GET DIAGNOSTICS staged = ROW_COUNT;
-    INSERT INTO outbox.move_members (relocation, model, pk, present)
-    SELECT mv.relocation, c->>1, (c->>2)::bigint, true
-      FROM jsonb_array_elements(chunk) c WHERE c->>2 IS NOT NULL AND mv.mode = 'move'
-    ON CONFLICT DO NOTHING;
-    RETURN jsonb_build_object('staged', staged);
+    WITH c AS (
+        SELECT (e->>0)::bigint AS ordinal, e->>1 AS model, (e->>2)::bigint AS pk, e->3 AS fields
+          FROM jsonb_array_elements(chunk) e
+    ), members AS (
+        INSERT INTO outbox.move_members (relocation, model, pk, present)
+        SELECT mv.relocation, c.model, c.pk, true FROM c
+         WHERE c.pk IS NOT NULL AND mv.mode = 'move'
+        ON CONFLICT DO NOTHING
+    ), rows_staged AS (
+        INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
+        SELECT mv.relocation, c.ordinal, c.model, c.pk, c.fields FROM c
+        ON CONFLICT DO NOTHING RETURNING 1
+    )
+    SELECT count(*) INTO staged FROM rows_staged;
+    RETURN jsonb_build_object('staged', staged, 'first_row', chunk->0->0,
+                              'row_count', jsonb_array_length(chunk));
 END
 $$;
 

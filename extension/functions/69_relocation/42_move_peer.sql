@@ -182,7 +182,7 @@ BEGIN
         DELETE FROM outbox.relocation_rows s WHERE s.relocation = mv.relocation;
         RETURN jsonb_build_object('finished', true);
     WHEN 'stage' THEN
-        RETURN outbox._move_stage(mv, argument->'rows');
+        RETURN outbox._move_stage(mv, argument->'chunk'->'rows');
     WHEN 'import' THEN
         RETURN outbox._move_import(mv);
     WHEN 'apply' THEN
