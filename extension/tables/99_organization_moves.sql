@@ -54,11 +54,11 @@ CREATE UNIQUE INDEX ON outbox.organization_moves (organization, side)
 -- was deleted, or now refers elsewhere) stays, not present: the catch-up
 -- that found it gone gives its deletion again when it is read again.
 -- No foreign key to organization_moves: the export and the copy write a
--- member for every row of the organization, and a key's check for each
--- took two thirds of the copy's time in the target and as much again of
--- the export in the source (issue 45).  Only the move's own steps write
--- members, for the move whose row they hold; a cancel deletes them (no
--- move's row is ever deleted).
+-- member for every row of the organization, and the key's check for each
+-- took two thirds of the time the target spent staging a chunk, and as
+-- long for each row of the source's export (issue 45).  Only the move's
+-- own steps write members, for the move whose row they hold; a cancel
+-- deletes them (no move's row is ever deleted).
 CREATE TABLE outbox.move_members (
     relocation uuid    NOT NULL,
     model      text    NOT NULL,

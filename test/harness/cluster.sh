@@ -84,7 +84,7 @@ cluster_stop() {
 install_extension() {
     local root=$1
     local flags=(-C "$root" -s PG_CONFIG="$PG_CONFIG" ${OUTBOX_SANITIZE:+SANITIZE=1})
-    make "${flags[@]}" >/dev/null
+    make "${flags[@]}" -j"$(nproc)" >/dev/null
     if [[ -w $("$PG_CONFIG" --pkglibdir) ]]; then
         make "${flags[@]}" install >/dev/null
     else
