@@ -25,10 +25,16 @@ EXCEPTION WHEN OTHERS THEN
 END $$;
 -- What a consumer sees, without the tokens.
 CREATE TABLE got AS SELECT * FROM outbox.claim(1, '1 second') LIMIT 0;
+-- The claims held, or whose lease passed (complete() and fail() release
+-- theirs: released rows only keep the shards' turns, "ended" below).
 CREATE VIEW claims AS
 SELECT silo, shard_scope, shard_identifier, cell_name, lease_until > now() AS live,
        message_ends, message_category, message_object
-  FROM outbox.consumer_claims ORDER BY silo, shard_identifier, cell_name;
+  FROM outbox.consumer_claims WHERE NOT released ORDER BY silo, shard_identifier, cell_name;
+CREATE VIEW ended AS
+SELECT silo, shard_scope, shard_identifier, cell_name, lease_until <= now() AS ended,
+       cardinality(rows_id) AS rows_kept
+  FROM outbox.consumer_claims WHERE released ORDER BY silo, shard_identifier, cell_name;
 CREATE VIEW outbox_rows AS
 SELECT shard_identifier, category, object_identifier, payload->>'name' AS name,
        scheduled_for > now() AS backed_off
@@ -73,6 +79,9 @@ SELECT outbox.complete(array_agg(claim ORDER BY shard_identifier), '{1,1}')
   FROM (SELECT DISTINCT claim, shard_identifier FROM got) c;
 SELECT * FROM outbox_rows;
 SELECT * FROM claims;
+-- Their rows stay, released and without the rows they held, as the shards'
+-- turns (docs/consumers.md, "Turns").
+SELECT * FROM ended;
 SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
 -- The rest of shard 1, in order: objects 7 and 8, then the row of object 1
 -- written after the claim.

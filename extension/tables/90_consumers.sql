@@ -1,11 +1,14 @@
 ------------------------------------------------------------------------------
 -- Consumers outside the database (docs/consumers.md)
 ------------------------------------------------------------------------------
--- One row per shard that a consumer holds: outbox.claim() writes it, and
--- outbox.complete() or outbox.fail() deletes it.  While lease_until is
--- ahead, nobody else drains the shard; once it has passed, the shard is due
--- again (a later claim replaces the row), and the token no longer completes
--- anything.  The claimed rows are kept message by message: rows_ctid and
+-- One row per shard that a consumer holds or last held: outbox.claim()
+-- writes it, and outbox.complete() or outbox.fail() end it (released, its
+-- lease_until then the time it ended, its rows forgotten).  While
+-- lease_until is ahead, nobody else drains the shard; once it has passed,
+-- the shard is due again (a later claim replaces the row), and the token no
+-- longer completes anything.  The row of an ended claim stays as the
+-- shard's turn: the same consumer claims the shard again only once the
+-- others have had it (docs/consumers.md, "Turns").  The claimed rows are kept message by message: rows_ctid and
 -- rows_id in message order, message k's rows ending at message_ends[k], so
 -- that completing k messages deletes exactly the rows that were handed out,
 -- never a row committed after the claim.  Not dumped: a lease means nothing
@@ -27,6 +30,7 @@ CREATE TABLE outbox.consumer_claims (
     message_category int[]         NOT NULL,
     message_object   bigint[]      NOT NULL,
     message_added    timestamptz[] NOT NULL,
+    released         boolean       NOT NULL DEFAULT false,
     UNIQUE (silo, shard_scope, shard_identifier, cell_name)
 );
 

@@ -25,12 +25,15 @@
 #include "delivery/session_pass.hpp"
 #include "delivery/tombstones.hpp"
 #include "pg/guard.hpp"
+#include "pg/hash.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
+#include "common/hashfn.h"
 #include "common/int.h"
 #include "datatype/timestamp.h"
 #include "funcapi.h"
@@ -118,6 +121,96 @@ Categories consumable_categories(Oid role, ArrayType *names) {
     return result;
 }
 
+// The turn of claims (docs/consumers.md, "Turns"): a shard whose claim by
+// role ended (completed, failed, given back, or its lease passed) is the
+// role's again only once it was offered to the others: the worker's
+// handlers, by a drain pass of the worker that began after the claim ended,
+// and other roles' claims meanwhile.  Returns the time before which an
+// ended claim of role's may be replaced by role's own: when nobody else
+// delivers anything here (no handler, no other role with CONSUME), any
+// time; without a draining worker, a naptime after it ended; and whatever
+// the worker does, outbox.max_lease after it ended.  Inside SPI, as the
+// extension's owner.
+TimestampTz offered_before(Oid role) {
+    Oid types[1] = {OIDOID};
+    Datum args[1] = {ObjectIdGetDatum(role)};
+    static SPIPlanPtr plan = nullptr;
+    pg::spi_run_kept(&plan, "looking for others that deliver",
+                     "SELECT EXISTS (SELECT FROM outbox.handlers) OR EXISTS (SELECT FROM"
+                     " outbox.category_grants g WHERE g.privilege = 'CONSUME'"
+                     " AND NOT pg_catalog.pg_has_role($1, g.role, 'USAGE'))",
+                     1, types, args, nullptr, true, SPI_OK_SELECT);
+    bool isnull;
+    if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
+        return DT_NOEND;
+    TimestampTz now = GetCurrentTimestamp();
+    TimestampTz at_most = now - (int64)max_lease_s * USECS_PER_SEC;
+    TimestampTz began;
+    if (worker_enabled && worker_last_pass_began(&began))
+        return Max(began, at_most);
+    return Max(now - (int64)naptime_ms * 1000, at_most);
+}
+
+// The shards whose turn has not come back to role (offered_before): its
+// claims leave them before taking their locks, so that the worker finds
+// them free.  Keys hash the shard; a collision only leaves one more shard
+// for a pass.
+struct TurnKey {
+    int64 identifier;
+    int32 scope;
+    uint32 silo_cell; // the silo in the top bit, the cell's hash below
+};
+
+uint32 silo_cell(Silo silo, const char *cell) {
+    uint32 hash = cell ? hash_bytes((const unsigned char *)cell, (int)strlen(cell)) : 0;
+    return (hash & 0x7FFFFFFFu) | (silo == Silo::Cell ? 0x80000000u : 0u);
+}
+
+HTAB *turns_not_back(Oid role, TimestampTz turn_before) {
+    if (turn_before == DT_NOEND)
+        return nullptr;
+    Oid types[2] = {OIDOID, TIMESTAMPTZOID};
+    Datum args[2] = {ObjectIdGetDatum(role), TimestampTzGetDatum(turn_before)};
+    static SPIPlanPtr plan = nullptr;
+    uint64 n = pg::spi_run_kept(&plan, "reading a consumer's turns",
+                                "SELECT silo, shard_scope, shard_identifier, cell_name"
+                                " FROM outbox.consumer_claims WHERE consumer = $1"
+                                " AND lease_until >= $2"
+                                " AND lease_until <= pg_catalog.clock_timestamp()",
+                                2, types, args, nullptr, true, SPI_OK_SELECT);
+    if (n == 0)
+        return nullptr;
+    HTAB *turns = pg::blob_hash("pg_outbox turns", (long)n, sizeof(TurnKey), sizeof(TurnKey),
+                                CurrentMemoryContext);
+    for (uint64 r = 0; r < n; r++) {
+        HeapTuple tuple = SPI_tuptable->vals[r];
+        TupleDesc desc = SPI_tuptable->tupdesc;
+        bool isnull;
+        Silo silo = strcmp(SPI_getvalue(tuple, desc, 1), "cell") == 0 ? Silo::Cell : Silo::Control;
+        TurnKey key = {
+            DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull)),
+            DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull)),
+            silo_cell(silo, silo == Silo::Control ? SPI_getvalue(tuple, desc, 4) : nullptr)};
+        (void)hash_search(turns, &key, HASH_ENTER, nullptr);
+    }
+    return turns;
+}
+
+// Marks the segments of the batch whose shard's turn has not come back.
+void leave_turns(HTAB *turns, DrainBatch *batch) {
+    if (turns == nullptr)
+        return;
+    for (int s = 0; s < batch->nsegments; s++) {
+        DrainSegment *segment = &batch->segments[s];
+        const ShardKey *shard = &segment->shard;
+        TurnKey key = {shard->shard_identifier, shard->shard_scope,
+                       silo_cell(shard->silo, shard->cell_name)};
+        if (segment->action == SegmentAction::Deliver &&
+            hash_search(turns, &key, HASH_FIND, nullptr) != nullptr)
+            segment->action = SegmentAction::Leave;
+    }
+}
+
 // The pass this session's claims walk.
 SessionPass claimed = {};
 
@@ -126,7 +219,7 @@ SessionPass claimed = {};
 // whose live lease someone else recorded meanwhile is left out.
 int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Categories *categories,
                   Oid role, TimestampTz claimed_at, TimestampTz lease_until,
-                  Tuplestorestate *result, TupleDesc result_desc) {
+                  TimestampTz turn_before, Tuplestorestate *result, TupleDesc result_desc) {
     if (leased->nmessages == 0)
         return 0;
     int nsegments = batch->nsegments;
@@ -187,11 +280,12 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         for (; r < leased->messages[m].row_end; r++)
             row_shard[r] = message_shard[m];
     }
-    Oid types[16] = {INT8ARRAYOID,   TEXTARRAYOID,   INT4ARRAYOID, INT8ARRAYOID,
+    Oid types[17] = {INT8ARRAYOID,   TEXTARRAYOID,   INT4ARRAYOID, INT8ARRAYOID,
                      TEXTARRAYOID,   INT4ARRAYOID,   INT4ARRAYOID, OIDOID,
                      TIMESTAMPTZOID, TIMESTAMPTZOID, TIDARRAYOID,  INT8ARRAYOID,
-                     INT4ARRAYOID,   INT4ARRAYOID,   INT8ARRAYOID, TIMESTAMPTZARRAYOID};
-    Datum args[16] = {
+                     INT4ARRAYOID,   INT4ARRAYOID,   INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+                     TIMESTAMPTZOID};
+    Datum args[17] = {
         pg::int8_array(leased_tokens, nleased),
         PointerGetDatum(construct_array(silos, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
         pg::int4_array(scopes, nleased),
@@ -208,8 +302,11 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         pg::int4_array(message_categories, leased->nmessages),
         pg::int8_array(objects, leased->nmessages),
         PointerGetDatum(construct_array(added, leased->nmessages, TIMESTAMPTZOID, 8,
-                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
-    // A shard whose lease passed is claimed again by replacing its row.
+                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+        TimestampTzGetDatum(turn_before)};
+    // A shard whose claim ended (its lease passed, or it was released) is
+    // claimed again by replacing its row: by another role at once, by the
+    // same role once the others had their turn (offered_before).
     const char *sql =
         "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
         " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
@@ -238,12 +335,13 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " categories = excluded.categories, rows_ctid = excluded.rows_ctid,"
         " rows_id = excluded.rows_id, message_ends = excluded.message_ends,"
         " message_category = excluded.message_category,"
-        " message_object = excluded.message_object, message_added = excluded.message_added"
-        " WHERE l.lease_until <= pg_catalog.clock_timestamp()"
+        " message_object = excluded.message_object, message_added = excluded.message_added,"
+        " released = false WHERE l.lease_until <= pg_catalog.clock_timestamp()"
+        " AND (l.consumer <> excluded.consumer OR l.lease_until < $17)"
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
     static SPIPlanPtr plan = nullptr;
-    uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 16, types, args, nullptr,
+    uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 17, types, args, nullptr,
                                        false, SPI_OK_INSERT_RETURNING);
     MemoryContextSwitchTo(caller);
     auto *taken = (int64 *)palloc(sizeof(int64) * Max(recorded, 1));
@@ -351,7 +449,8 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
     uint64 found =
         pg::spi_run_kept(&find_plan, "finding claims",
                          "SELECT claim, silo, shard_scope, shard_identifier, cell_name"
-                         " FROM outbox.consumer_claims WHERE claim = ANY ($1) ORDER BY claim",
+                         " FROM outbox.consumer_claims WHERE claim = ANY ($1) AND NOT released"
+                         " ORDER BY claim",
                          1, types, args, nullptr, true, SPI_OK_SELECT);
     MemoryContextSwitchTo(caller);
     // Locks in token order: two calls that complete the same claims cannot
@@ -371,14 +470,20 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
         (void)claim_shard(&shard, true);
     }
     // A fresh snapshot, after the locks: whoever replaced an expired claim
-    // did so under the lock, and has committed.
+    // did so under the lock, and has committed.  The claims end here
+    // (released, ended now, their rows forgotten): their rows stay as the
+    // shards' turns (offered_before).
     uint64 deleted = pg::spi_run_kept(
         &take_plan, "taking claims",
-        "DELETE FROM outbox.consumer_claims WHERE claim = ANY ($1) RETURNING claim, silo,"
-        " shard_scope, shard_identifier, cell_name, lease_until <= pg_catalog.clock_timestamp(),"
-        " lease_until, rows_ctid, rows_id, message_ends, message_category, message_object,"
-        " message_added, categories",
-        1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
+        "UPDATE outbox.consumer_claims l SET released = true,"
+        " lease_until = pg_catalog.clock_timestamp(), rows_ctid = '{}', rows_id = '{}',"
+        " message_ends = '{}', message_category = '{}', message_object = '{}',"
+        " message_added = '{}' FROM outbox.consumer_claims o"
+        " WHERE l.claim = ANY ($1) AND NOT l.released AND o.claim = l.claim"
+        " RETURNING o.claim, o.silo, o.shard_scope, o.shard_identifier, o.cell_name,"
+        " o.lease_until <= pg_catalog.clock_timestamp(), o.lease_until, o.rows_ctid, o.rows_id,"
+        " o.message_ends, o.message_category, o.message_object, o.message_added, o.categories",
+        1, types, args, nullptr, false, SPI_OK_UPDATE_RETURNING);
     MemoryContextSwitchTo(caller);
     SPITupleTable *taken = SPI_tuptable;
     auto *claims = (Claim *)palloc0(sizeof(Claim) * Max(n, 1));
@@ -601,6 +706,8 @@ OUTBOX_FUNCTION(outbox_claim) {
     }
     DrainPass *pass =
         session_pass_resume(&claimed, cell, control, categories.ids, categories.n, cell_name);
+    TimestampTz turn_before = offered_before(role);
+    HTAB *turns = turns_not_back(role, turn_before);
     TimestampTz claimed_at = GetCurrentTimestamp();
     TimestampTz lease_until = claimed_at + lease_usecs;
     bool started = false;
@@ -628,6 +735,7 @@ OUTBOX_FUNCTION(outbox_claim) {
         }
         MemoryContext old = MemoryContextSwitchTo(work);
         LeasedBatch leased;
+        leave_turns(turns, batch);
         lease_batch(batch, &leased);
         // Beyond the messages wanted: not handed out.  A shard cut there
         // is claimed with its first messages; one past the cut waits for
@@ -635,7 +743,7 @@ OUTBOX_FUNCTION(outbox_claim) {
         if (leased.nmessages > wanted)
             leased.nmessages = wanted;
         messages += record_leases(batch, &leased, &categories, role, claimed_at, lease_until,
-                                  rsinfo->setResult, rsinfo->setDesc);
+                                  turn_before, rsinfo->setResult, rsinfo->setDesc);
         MemoryContextSwitchTo(old);
         MemoryContextReset(work);
         drain_pass_batch_done(pass);

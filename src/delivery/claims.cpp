@@ -299,7 +299,9 @@ int claim_and_coalesce(DrainBatch *batch, DrainStats *stats, RowNow **now_rows_o
     for (int s = 0; s < batch->nsegments; s++) {
         DrainSegment *segment = &batch->segments[s];
         segment->outcome =
-            claim_shard(&segment->shard, false) ? SegmentOutcome::Done : SegmentOutcome::Blocked;
+            segment->action != SegmentAction::Leave && claim_shard(&segment->shard, false)
+                ? SegmentOutcome::Done
+                : SegmentOutcome::Blocked;
     }
     skip_stopped_shards(batch);
     // Rows of a segment that is not delivered (claimed elsewhere, backed

@@ -59,6 +59,7 @@ struct DrainRow {
 enum class SegmentAction {
     Deliver,
     BackOff, // the rest of a shard that failed in an earlier batch
+    Leave,   // not to be claimed now: not the consumer's turn (consumers/)
 };
 
 // Outcome of a segment, for the pass: whether the rest of its shard is

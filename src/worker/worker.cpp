@@ -728,7 +728,14 @@ bool cycle(bool requested) {
     cycle_cell = cell;
     cycle_control = control;
     cycle_links = ntargets > 0;
+    TimestampTz pass_start = GetCurrentTimestamp();
     scheduled += drain_pass(cell, control, requested ? PassScope::All : PassScope::Due, &delivered);
+    // Consumers' claims that ended before the pass began have been offered
+    // to the handlers (consumers/consumer.cpp, offered_before): their claimers may take them
+    // again.
+    SpinLockAcquire(&worker_shared->mutex);
+    worker_shared->pass_began = pass_start;
+    SpinLockRelease(&worker_shared->mutex);
     delivered += send_links(ntargets, targets);
     retry_checks(start);
     // What other clusters handed over, kept for outbox.inbox_retention;

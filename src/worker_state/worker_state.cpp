@@ -179,4 +179,14 @@ bool worker_backfill_rate(double *ids_per_second) {
     return true;
 }
 
+bool worker_last_pass_began(TimestampTz *began) {
+    if (worker_shared == nullptr)
+        return false;
+    SpinLockAcquire(&worker_shared->mutex);
+    bool running = worker_shared->pid != 0;
+    *began = worker_shared->pass_began;
+    SpinLockRelease(&worker_shared->mutex);
+    return running && *began != 0;
+}
+
 } // namespace pgoutbox

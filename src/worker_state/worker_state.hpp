@@ -23,6 +23,10 @@ struct WorkerShared {
     Latch *mover_latch; // "pg_outbox mover"'s (worker/mover.cpp), woken with it
     TimestampTz last_cycle_start;
     TimestampTz last_cycle_end;
+    // When the drain pass of the worker's last cycle began, written once
+    // the pass has finished (0: none yet): a consumer's claim that ended
+    // before then has been offered to the worker's handlers.
+    TimestampTz pass_began;
     int64 shards_drained;
     int64 messages_delivered;
     int64 rows_scheduled;
@@ -72,6 +76,10 @@ void worker_reset_totals();
 // time they took (budget waits left out); false before any batch, or
 // without shared_preload_libraries.
 bool worker_backfill_rate(double *ids_per_second);
+
+// When the drain pass of the worker's last cycle began, once that pass has
+// finished; false when the worker is not running (or has finished none).
+bool worker_last_pass_began(TimestampTz *began);
 
 // The channel consumers LISTEN on: the worker NOTIFYs it (no payload) after
 // commits that wrote outbox rows, once for all those that committed while

@@ -84,7 +84,7 @@ CREATE TABLE claim_backends (n bigserial, op text, claim bigint, consumer text,
 CREATE FUNCTION record_claim_backend() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, public AS $$
 BEGIN
-    IF TG_OP = 'DELETE' THEN
+    IF TG_OP = 'DELETE' OR NEW.released AND NOT OLD.released THEN
         INSERT INTO public.claim_backends (op, claim, consumer, shard, pid)
         VALUES ('end', OLD.claim, OLD.consumer::text, OLD.shard_identifier, pg_backend_pid());
     ELSE
@@ -298,7 +298,8 @@ elsewhere=$(q -c "SELECT count(*) FILTER (WHERE c.pid <> e.pid) || ' of ' || cou
 check "claims completed on another backend than the claim's: $elsewhere" \
     [ "${elsewhere%% *}" -ge 1 ]
 check "every claim ended, none left" \
-    [ "$(q -c "SELECT count(*) + (SELECT count(*) FROM outbox.consumer_claims) FROM claim_backends c
+    [ "$(q -c "SELECT count(*) + (SELECT count(*) FROM outbox.consumer_claims WHERE NOT released)
+               FROM claim_backends c
                WHERE c.op = 'claim' AND NOT EXISTS
                (SELECT FROM claim_backends e WHERE e.claim = c.claim AND e.op = 'end')")" = 0 ]
 check "the direct consumer's claims all ended on their own backend" \

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# How long a consumer's claims may keep a shard from the others (issue 47):
+# a CONSUME role that claims again the moment its lease ends, or gives each
+# claim back and claims again at once, while the same shard holds messages
+# of another category that the worker's handler takes.  Each of those must
+# reach the handler within outbox.max_lease plus one drain pass (here 3 s
+# plus a naptime of 200 ms: checked against 5 s), and the claimer must still
+# get its shard back (it is not starved either).
+set -uo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+source "$root/test/harness/cluster.sh"
+pids=()
+trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
+redis_start
+cluster_start "outbox.naptime = 200" "outbox.database_name = postgres" "outbox.max_lease = 3"
+
+source "$root/test/harness/check.sh"
+q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
+PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+
+q >/dev/null <<'SQL'
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_category('org_update', 'Org', 0);
+SELECT outbox.register_category('user_update', 'Org', 1);
+CREATE TABLE orgs (id bigint PRIMARY KEY, seq int NOT NULL DEFAULT 0);
+SELECT outbox.register_table('orgs', 'org_update', 'cell', shard_column => 'id');
+CREATE TABLE users (id bigint PRIMARY KEY, org_id bigint NOT NULL,
+                    written_at timestamptz NOT NULL DEFAULT clock_timestamp());
+SELECT outbox.register_table('users', 'user_update', 'cell', shard_column => 'org_id');
+CREATE TABLE delivered (object bigint, at timestamptz DEFAULT clock_timestamp());
+CREATE FUNCTION by_worker(m outbox.message) RETURNS void LANGUAGE sql AS
+  'INSERT INTO delivered (object) VALUES (m.object_identifier)';
+SELECT outbox.register_handler('user_update', 'by_worker(outbox.message)');
+CREATE ROLE holder LOGIN;
+SELECT outbox.grant_category('org_update', 'holder', 'CONSUME');
+SQL
+
+# The claimer: claims in a loop for SECONDS, one transaction a call; with
+# giveback, gives each claim back at once (complete with through 0), with
+# keep, 2.5 s into its 3-second lease.  Prints how many of its calls came
+# back with messages.
+claimer() { # mode seconds
+    "$PYTHON" - "$1" "$2" "host=$PGHOST port=$PGPORT dbname=postgres user=holder" <<'PY'
+import sys, time, psycopg2
+mode, seconds, dsn = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+conn = psycopg2.connect(dsn)
+conn.autocommit = True
+cur = conn.cursor()
+end, held = time.time() + seconds, 0
+while time.time() < end:
+    cur.execute("SELECT claim FROM outbox.claim(100, '3 s')")
+    tokens = sorted({r[0] for r in cur.fetchall()})
+    if tokens:
+        held += 1
+        if mode in ("giveback", "keep"):
+            if mode == "keep":
+                time.sleep(2.5)
+            cur.execute("SELECT outbox.complete(%s::bigint[], %s::int[])",
+                        (tokens, [0] * len(tokens)))
+    time.sleep(0.001)
+print(held)
+PY
+}
+
+# One round: the claimer holds organisation 1's shard (its org_update
+# message is never completed, so it is always due), and every 2 s a user of
+# organisation 1 changes; each change must reach by_worker within 5 s.
+round() { # mode
+    local mode=$1 base=$2
+    q -c "INSERT INTO orgs VALUES (1) ON CONFLICT (id) DO UPDATE SET seq = orgs.seq + 1" >/dev/null
+    claimer "$mode" 16 >"$CLUSTER_DIR/claims.$mode" &
+    pids+=($!)
+    local claimer_pid=$!
+    sleep 1
+    for i in 1 2 3 4 5 6; do
+        q -c "INSERT INTO users (id, org_id) VALUES ($base + $i, 1)" >/dev/null
+        sleep 2
+    done
+    wait "$claimer_pid"
+    sleep 6 # the last change's bound, with the claimer gone
+    waits=$(q -c "SELECT count(d.object) || ' ' || coalesce(round(extract(epoch FROM
+                         max(d.at - u.written_at))::numeric, 2), -1)
+                  FROM users u LEFT JOIN delivered d ON d.object = u.id WHERE u.id > $base")
+    echo "  $mode: $(cut -d' ' -f1 <<<"$waits") of 6 changes delivered, the longest wait" \
+        "$(cut -d' ' -f2 <<<"$waits") s; the claimer held the shard $(cat "$CLUSTER_DIR/claims.$mode") times"
+}
+
+round lapse 0
+check "a claimer that claims again as its lease ends: each of the 6 handler messages in its shard is delivered" \
+    test "$(cut -d' ' -f1 <<<"$waits")" = 6
+check "... within max_lease (3 s) and a drain pass (bound checked: 5 s)" \
+    awk -v w="$(cut -d' ' -f2 <<<"$waits")" 'BEGIN { exit !(w >= 0 && w < 5) }'
+check "... and the claimer got its shard again after its leases passed (3 times or more in 16 s)" \
+    test "$(cat "$CLUSTER_DIR/claims.lapse")" -ge 3
+
+round giveback 100
+check "a claimer that gives each claim back and claims again at once: the 6 handler messages are delivered" \
+    test "$(cut -d' ' -f1 <<<"$waits")" = 6
+check "... within 5 s" \
+    awk -v w="$(cut -d' ' -f2 <<<"$waits")" 'BEGIN { exit !(w >= 0 && w < 5) }'
+check "... and the claimer got its shard again (10 times or more in 16 s)" \
+    test "$(cat "$CLUSTER_DIR/claims.giveback")" -ge 10
+
+round keep 200
+check "a claimer that keeps each claim 2.5 s, gives it back and claims again at once: the 6 handler messages are delivered" \
+    test "$(cut -d' ' -f1 <<<"$waits")" = 6
+check "... within 5 s" \
+    awk -v w="$(cut -d' ' -f2 <<<"$waits")" 'BEGIN { exit !(w >= 0 && w < 5) }'
+check "... and the claimer got its shard again (3 times or more in 16 s)" \
+    test "$(cat "$CLUSTER_DIR/claims.keep")" -ge 3
+
+checks_done consumer_hold
