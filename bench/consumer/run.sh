@@ -11,17 +11,27 @@
 # and what the wake-ups cost capture: single-row insert transactions per
 # second with outbox.notify_consumers off and on, in turn.
 #
+# The worker serves MEMBER_UPDATE through its handler; the consumer,
+# MEMBER_CONSUMED, a category without a handler (a claim without categories
+# takes only those: docs/consumers.md).
+#
 #   bash bench/consumer/run.sh        # RUNS=3 LAG_SECONDS=20 CAPTURE_SECONDS=10
+#   SMOKE=1 bash bench/consumer/run.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 RUNS=${RUNS:-3}
 LAG_SECONDS=${LAG_SECONDS:-20}
 CAPTURE_SECONDS=${CAPTURE_SECONDS:-10}
+SHARDS=1000
+if [[ -n ${SMOKE:-} ]]; then
+    RUNS=1 LAG_SECONDS=2 CAPTURE_SECONDS=1 SHARDS=20
+fi
 PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
 work=$(mktemp -d)
 chmod 777 "$work"
-trap 'kill $consumer 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
+trap '[[ -z $consumer ]] || kill $consumer 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
 consumer=
 install_extension "$root"
 redis_start
@@ -36,25 +46,31 @@ q >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
 SELECT outbox.register_scope('ORGANIZATION_SCOPE', 0);
 SELECT outbox.register_category('MEMBER_UPDATE', 'ORGANIZATION_SCOPE', 1);
+SELECT outbox.register_category('MEMBER_CONSUMED', 'ORGANIZATION_SCOPE', 2);
 CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS $$ BEGIN END $$;
 SELECT outbox.register_handler('MEMBER_UPDATE', 'noop(outbox.message)');
 CREATE ROLE consumer LOGIN;
-SELECT outbox.grant_category('MEMBER_UPDATE', 'consumer', 'CONSUME');
+SELECT outbox.grant_category('MEMBER_CONSUMED', 'consumer', 'CONSUME');
 SQL
 
-fill() { # shards rows_per_shard objects_per_shard
+fill() { # category shards rows_per_shard objects_per_shard
     q -c "TRUNCATE outbox.cell_outbox" -c "INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
-          SELECT 0, s, 1, s * 100000 + r % $3, jsonb_build_object('r', r)
-            FROM generate_series(1, $1) s, generate_series(1, $2) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
+          SELECT 0, s, $1, s * 100000 + r % $4, jsonb_build_object('r', r)
+            FROM generate_series(1, $2) s, generate_series(1, $3) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
 }
-wait_empty() {
-    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do sleep 0.02; done
+wait_empty() { # who: until the outbox is empty, at most 300 s, while who runs
+    local deadline=$((SECONDS + 300))
+    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do
+        ((SECONDS < deadline)) || bench_fail "the $1 left $(q -c "SELECT count(*) FROM outbox.cell_outbox") rows undelivered after 300 s"
+        [[ -z $consumer ]] || kill -0 "$consumer" 2>/dev/null || bench_fail "the consumer exited early"
+        sleep 0.02
+    done
 }
 drain_worker() { # messages/s with the worker (one transaction per batch)
     local start ms
     q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
     start=$(date +%s%N)
-    wait_empty
+    wait_empty worker
     ms=$(ms_since "$start")
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
     sleep 0.3
@@ -67,34 +83,36 @@ drain_consumer() { # messages/s with the Python consumer, from its wake-up
     sleep 1 # connected and listening, idle: the fill made no NOTIFY
     start=$(date +%s%N)
     q -c "NOTIFY pg_outbox"
-    wait_empty
+    wait_empty consumer
     ms=$(ms_since "$start")
     kill -TERM $consumer
-    wait $consumer
+    wait $consumer || bench_fail "the consumer failed (status $?)"
     consumer=
     echo $(($1 * 1000 / ms))
 }
 
 declare -A rate
 for run in $(seq "$RUNS"); do
-    fill 1000 100 10; rate[a_worker]+="$(drain_worker 10000) "
-    fill 1000 100 10; rate[a_consumer]+="$(drain_consumer 10000) "
-    fill 1000 200 200; rate[b_worker]+="$(drain_worker 200000) "
-    fill 1000 200 200; rate[b_consumer]+="$(drain_consumer 200000) "
+    fill 1 $SHARDS 100 10; rate[a_worker]+="$(drain_worker $((SHARDS * 10))) "
+    fill 2 $SHARDS 100 10; rate[a_consumer]+="$(drain_consumer $((SHARDS * 10))) "
+    fill 1 $SHARDS 200 200; rate[b_worker]+="$(drain_worker $((SHARDS * 200))) "
+    fill 2 $SHARDS 200 200; rate[b_consumer]+="$(drain_consumer $((SHARDS * 200))) "
     echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}" >&2
 done
-# Every outbox row handled once: 2 x (100,000 + 200,000) rows a run.
-[[ $(q -c "SELECT processed FROM outbox.stats WHERE category = 1") == $((RUNS * 600000)) ]] || {
-    echo "processed: $(q -c "SELECT processed FROM outbox.stats WHERE category = 1")" >&2; exit 1; }
+# Every outbox row handled once, by each: 100 + 200 rows a shard a run.
+for category in 1 2; do
+    processed=$(q -c "SELECT processed FROM outbox.stats WHERE category = $category")
+    [[ $processed == $((RUNS * SHARDS * 300)) ]] ||
+        bench_fail "category $category: $processed rows processed, not $((RUNS * SHARDS * 300))"
+done
 
 # Lag: 1,000 single-row inserts a second into a registered table for
 # LAG_SECONDS, consumed by the Python consumer; the handler measures from
 # the row's written_at (clock_timestamp() at insert) to its call.
 q >/dev/null <<'SQL'
-SELECT outbox.unregister_handler('MEMBER_UPDATE');
 CREATE TABLE member (id bigserial PRIMARY KEY, organization_id bigint NOT NULL,
                      written_at timestamptz NOT NULL DEFAULT clock_timestamp());
-SELECT outbox.register_table('member', 'MEMBER_UPDATE', shard_column => 'organization_id',
+SELECT outbox.register_table('member', 'MEMBER_CONSUMED', shard_column => 'organization_id',
                              payload_columns => '{written_at}');
 ALTER SYSTEM SET outbox.worker_enabled = on;
 ALTER SYSTEM RESET outbox.naptime;
@@ -104,12 +122,13 @@ SQL
 consumer=$!
 sleep 1
 echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 999)::int);' >"$work/insert.sql"
-"$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1
+"$PG_BIN/pgbench" -n -c 2 -j 2 -R 1000 -T "$LAG_SECONDS" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1 ||
+    bench_fail "pgbench failed: $(tail -3 "$work/pgbench.log")"
 sleep 2
 kill -TERM $consumer
-wait $consumer
+wait $consumer || bench_fail "the lag consumer failed (status $?)"
 consumer=
-read -r p50 p99 pmax nlag <"$work/lag.out"
+read -r p50 p99 pmax nlag <"$work/lag.out" || bench_fail "the lag consumer reported nothing"
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
 
 # What the wake-ups cost capture: single-row inserts as fast as two
@@ -118,7 +137,8 @@ for run in $(seq "$RUNS"); do
     for mode in off on; do
         q -c "ALTER SYSTEM SET outbox.notify_consumers = $mode" -c "SELECT pg_reload_conf()" >/dev/null
         sleep 0.5
-        "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$CAPTURE_SECONDS" -f "$work/insert.sql" >"$work/capture.log" 2>&1
+        "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$CAPTURE_SECONDS" -f "$work/insert.sql" >"$work/capture.log" 2>&1 ||
+            bench_fail "pgbench failed: $(tail -3 "$work/capture.log")"
         rate[capture_$mode]+="$(sed -n 's/^tps = \([0-9]*\).*/\1/p' "$work/capture.log" | head -1) "
     done
 done
@@ -142,4 +162,4 @@ echo
 echo "Capture with wake-ups: $(med capture_on) single-row insert transactions/s with \`outbox.notify_consumers = on\`, $(med capture_off) with off ($(ratio capture_on capture_off); 2 pgbench clients, ${CAPTURE_SECONDS} s each, runs: on ${rate[capture_on]}, off ${rate[capture_off]})."
 echo
 echo "Lag, commit to the Python consumer's handler, under ${tps%.*} tx/s of single-row inserts for ${LAG_SECONDS} s (LISTEN/NOTIFY wake-ups through the worker): p50 ${p50} ms, p99 ${p99} ms, max ${pmax} ms over $nlag messages."
-} | tee "$root/bench/consumer/results.md"
+} | tee "$(bench_results "$root/bench/consumer/results.md")"

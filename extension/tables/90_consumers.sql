@@ -2,13 +2,13 @@
 -- Consumers outside the database (docs/consumers.md)
 ------------------------------------------------------------------------------
 -- One row per shard that a consumer holds or last held: outbox.claim()
--- writes it, and outbox.complete() or outbox.fail() end it (released, its
--- lease_until then the time it ended, its rows forgotten).  While
--- lease_until is ahead, nobody else drains the shard; once it has passed,
--- the shard is due again (a later claim replaces the row), and the token no
--- longer completes anything.  The row of an ended claim stays as the
--- shard's turn: the same consumer claims the shard again only once the
--- others have had it (docs/consumers.md, "Turns").  The claimed rows are kept message by message: rows_ctid and
+-- writes it, and outbox.complete() or outbox.fail() delete it, or, when
+-- the worker may want the shard's turn, leave it released (its lease_until
+-- then the time it ended, its rows forgotten).  While lease_until is
+-- ahead, nobody else drains the shard; once it has passed, the shard is due
+-- again (a later claim replaces the row), and the token no longer completes
+-- anything.  The same consumer claims the shard again only once the others
+-- have had it (docs/consumers.md, "Turns").  The claimed rows are kept message by message: rows_ctid and
 -- rows_id in message order, message k's rows ending at message_ends[k], so
 -- that completing k messages deletes exactly the rows that were handed out,
 -- never a row committed after the claim.  Not dumped: a lease means nothing

@@ -8,32 +8,32 @@
 // returns the shard's first messages.  The lease holds the shard across
 // transactions: drains and other claims leave a shard alone while its lease
 // is live (delivery/claims.cpp, not_held and skip_stopped_shards), and find it due
-// again once the lease has passed.
+// again once the lease has passed.  The same role's claims take it again
+// only once the others had their turn (turns.hpp).
 //
 // complete() and fail() take the shard's advisory lock (waited for), then
 // delete the claim row with a fresh snapshot and check its lease: a claim
 // that replaced an expired one did so under the same lock, so a token whose
 // lease passed can never delete rows that were handed to someone else.
 // They delete exactly the rows the claim handed out (by ctid, checked by
-// id), never a row committed after the claim.
+// id), never a row committed after the claim.  The claim row goes too, or
+// stays released as the shard's turn (turns.hpp).
 //
 // All of it runs as the extension's owner, after checking that the calling
 // role holds CONSUME on the categories (outbox.grant_category): no code of
 // the caller's runs in between.  Plain C-style code: PostgreSQL errors
 // unwind through it.
+#include "consumers/turns.hpp"
 #include "delivery/delivery.hpp"
 #include "delivery/session_pass.hpp"
 #include "delivery/tombstones.hpp"
 #include "pg/guard.hpp"
-#include "pg/hash.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
 #include "settings.hpp"
 #include "stats/stats.hpp"
-#include "worker_state/worker_state.hpp"
 
 extern "C" {
-#include "common/hashfn.h"
 #include "common/int.h"
 #include "datatype/timestamp.h"
 #include "funcapi.h"
@@ -121,96 +121,6 @@ Categories consumable_categories(Oid role, ArrayType *names) {
     return result;
 }
 
-// The turn of claims (docs/consumers.md, "Turns"): a shard whose claim by
-// role ended (completed, failed, given back, or its lease passed) is the
-// role's again only once it was offered to the others: the worker's
-// handlers, by a drain pass of the worker that began after the claim ended,
-// and other roles' claims meanwhile.  Returns the time before which an
-// ended claim of role's may be replaced by role's own: when nobody else
-// delivers anything here (no handler, no other role with CONSUME), any
-// time; without a draining worker, a naptime after it ended; and whatever
-// the worker does, outbox.max_lease after it ended.  Inside SPI, as the
-// extension's owner.
-TimestampTz offered_before(Oid role) {
-    Oid types[1] = {OIDOID};
-    Datum args[1] = {ObjectIdGetDatum(role)};
-    static SPIPlanPtr plan = nullptr;
-    pg::spi_run_kept(&plan, "looking for others that deliver",
-                     "SELECT EXISTS (SELECT FROM outbox.handlers) OR EXISTS (SELECT FROM"
-                     " outbox.category_grants g WHERE g.privilege = 'CONSUME'"
-                     " AND NOT pg_catalog.pg_has_role($1, g.role, 'USAGE'))",
-                     1, types, args, nullptr, true, SPI_OK_SELECT);
-    bool isnull;
-    if (!DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull)))
-        return DT_NOEND;
-    TimestampTz now = GetCurrentTimestamp();
-    TimestampTz at_most = now - (int64)max_lease_s * USECS_PER_SEC;
-    TimestampTz began;
-    if (worker_enabled && worker_last_pass_began(&began))
-        return Max(began, at_most);
-    return Max(now - (int64)naptime_ms * 1000, at_most);
-}
-
-// The shards whose turn has not come back to role (offered_before): its
-// claims leave them before taking their locks, so that the worker finds
-// them free.  Keys hash the shard; a collision only leaves one more shard
-// for a pass.
-struct TurnKey {
-    int64 identifier;
-    int32 scope;
-    uint32 silo_cell; // the silo in the top bit, the cell's hash below
-};
-
-uint32 silo_cell(Silo silo, const char *cell) {
-    uint32 hash = cell ? hash_bytes((const unsigned char *)cell, (int)strlen(cell)) : 0;
-    return (hash & 0x7FFFFFFFu) | (silo == Silo::Cell ? 0x80000000u : 0u);
-}
-
-HTAB *turns_not_back(Oid role, TimestampTz turn_before) {
-    if (turn_before == DT_NOEND)
-        return nullptr;
-    Oid types[2] = {OIDOID, TIMESTAMPTZOID};
-    Datum args[2] = {ObjectIdGetDatum(role), TimestampTzGetDatum(turn_before)};
-    static SPIPlanPtr plan = nullptr;
-    uint64 n = pg::spi_run_kept(&plan, "reading a consumer's turns",
-                                "SELECT silo, shard_scope, shard_identifier, cell_name"
-                                " FROM outbox.consumer_claims WHERE consumer = $1"
-                                " AND lease_until >= $2"
-                                " AND lease_until <= pg_catalog.clock_timestamp()",
-                                2, types, args, nullptr, true, SPI_OK_SELECT);
-    if (n == 0)
-        return nullptr;
-    HTAB *turns = pg::blob_hash("pg_outbox turns", (long)n, sizeof(TurnKey), sizeof(TurnKey),
-                                CurrentMemoryContext);
-    for (uint64 r = 0; r < n; r++) {
-        HeapTuple tuple = SPI_tuptable->vals[r];
-        TupleDesc desc = SPI_tuptable->tupdesc;
-        bool isnull;
-        Silo silo = strcmp(SPI_getvalue(tuple, desc, 1), "cell") == 0 ? Silo::Cell : Silo::Control;
-        TurnKey key = {
-            DatumGetInt64(SPI_getbinval(tuple, desc, 3, &isnull)),
-            DatumGetInt32(SPI_getbinval(tuple, desc, 2, &isnull)),
-            silo_cell(silo, silo == Silo::Control ? SPI_getvalue(tuple, desc, 4) : nullptr)};
-        (void)hash_search(turns, &key, HASH_ENTER, nullptr);
-    }
-    return turns;
-}
-
-// Marks the segments of the batch whose shard's turn has not come back.
-void leave_turns(HTAB *turns, DrainBatch *batch) {
-    if (turns == nullptr)
-        return;
-    for (int s = 0; s < batch->nsegments; s++) {
-        DrainSegment *segment = &batch->segments[s];
-        const ShardKey *shard = &segment->shard;
-        TurnKey key = {shard->shard_identifier, shard->shard_scope,
-                       silo_cell(shard->silo, shard->cell_name)};
-        if (segment->action == SegmentAction::Deliver &&
-            hash_search(turns, &key, HASH_FIND, nullptr) != nullptr)
-            segment->action = SegmentAction::Leave;
-    }
-}
-
 // The pass this session's claims walk.
 SessionPass claimed = {};
 
@@ -219,7 +129,7 @@ SessionPass claimed = {};
 // whose live lease someone else recorded meanwhile is left out.
 int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Categories *categories,
                   Oid role, TimestampTz claimed_at, TimestampTz lease_until,
-                  TimestampTz turn_before, Tuplestorestate *result, TupleDesc result_desc) {
+                  const TimestampTz *turn_before, Tuplestorestate *result, TupleDesc result_desc) {
     if (leased->nmessages == 0)
         return 0;
     int nsegments = batch->nsegments;
@@ -260,6 +170,7 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
     auto *identifiers = (int64 *)palloc(sizeof(int64) * nleased);
     auto *cells = (Datum *)palloc(sizeof(Datum) * nleased);
     auto *leased_tokens = (int64 *)palloc(sizeof(int64) * nleased);
+    auto *leased_turns = (Datum *)palloc(sizeof(Datum) * nleased);
     auto *number = (int32 *)palloc0(sizeof(int32) * nsegments);
     int k = 0;
     for (int s = 0; s < nsegments; s++) {
@@ -271,6 +182,7 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         identifiers[k] = shard->shard_identifier;
         cells[k] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
         leased_tokens[k] = tokens[s];
+        leased_turns[k] = TimestampTzGetDatum(turn_before[s]);
         number[s] = ++k;
     }
     auto *row_shard = (int32 *)palloc(sizeof(int32) * Max(row_start, 1));
@@ -280,11 +192,11 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         for (; r < leased->messages[m].row_end; r++)
             row_shard[r] = message_shard[m];
     }
-    Oid types[17] = {INT8ARRAYOID,   TEXTARRAYOID,   INT4ARRAYOID, INT8ARRAYOID,
-                     TEXTARRAYOID,   INT4ARRAYOID,   INT4ARRAYOID, OIDOID,
-                     TIMESTAMPTZOID, TIMESTAMPTZOID, TIDARRAYOID,  INT8ARRAYOID,
-                     INT4ARRAYOID,   INT4ARRAYOID,   INT8ARRAYOID, TIMESTAMPTZARRAYOID,
-                     TIMESTAMPTZOID};
+    Oid types[17] = {INT8ARRAYOID,       TEXTARRAYOID,   INT4ARRAYOID, INT8ARRAYOID,
+                     TEXTARRAYOID,       INT4ARRAYOID,   INT4ARRAYOID, OIDOID,
+                     TIMESTAMPTZOID,     TIMESTAMPTZOID, TIDARRAYOID,  INT8ARRAYOID,
+                     INT4ARRAYOID,       INT4ARRAYOID,   INT8ARRAYOID, TIMESTAMPTZARRAYOID,
+                     TIMESTAMPTZARRAYOID};
     Datum args[17] = {
         pg::int8_array(leased_tokens, nleased),
         PointerGetDatum(construct_array(silos, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
@@ -303,10 +215,13 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         pg::int8_array(objects, leased->nmessages),
         PointerGetDatum(construct_array(added, leased->nmessages, TIMESTAMPTZOID, 8,
                                         FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-        TimestampTzGetDatum(turn_before)};
+        PointerGetDatum(construct_array(leased_turns, nleased, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
+                                        TYPALIGN_DOUBLE))};
     // A shard whose claim ended (its lease passed, or it was released) is
     // claimed again by replacing its row: by another role at once, by the
-    // same role once the others had their turn (offered_before).
+    // same role once the others had their turn (turn_before, $17; under the
+    // shard's lock, taken by lease_batch, that row cannot change
+    // meanwhile).
     const char *sql =
         "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
         " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
@@ -314,8 +229,8 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " SELECT s.claim, s.silo, s.scope, s.identifier, s.cell, $8, $9, $10, m.categories,"
         " r.ctids, r.ids, m.ends, m.message_categories, m.objects, m.added"
         " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-        " pg_catalog.unnest($4), pg_catalog.unnest($5)) WITH ORDINALITY"
-        " AS s (claim, silo, scope, identifier, cell, k)"
+        " pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($17)) WITH ORDINALITY"
+        " AS s (claim, silo, scope, identifier, cell, turn_before, k)"
         " JOIN (SELECT r.k, pg_catalog.array_agg(r.ctid ORDER BY r.n) AS ctids,"
         " pg_catalog.array_agg(r.id ORDER BY r.n) AS ids"
         " FROM ROWS FROM (pg_catalog.unnest($6), pg_catalog.unnest($11),"
@@ -329,6 +244,9 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " FROM ROWS FROM (pg_catalog.unnest($7), pg_catalog.unnest($13), pg_catalog.unnest($14),"
         " pg_catalog.unnest($15), pg_catalog.unnest($16)) WITH ORDINALITY"
         " AS m (k, e, c, o, a, n) GROUP BY m.k) m ON m.k = s.k"
+        " WHERE NOT EXISTS (SELECT FROM outbox.consumer_claims t WHERE t.silo = s.silo"
+        " AND t.shard_scope = s.scope AND t.shard_identifier = s.identifier"
+        " AND t.cell_name = s.cell AND t.consumer = $8 AND t.lease_until >= s.turn_before)"
         " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
         " claim = excluded.claim, consumer = excluded.consumer,"
         " claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,"
@@ -337,7 +255,6 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " message_category = excluded.message_category,"
         " message_object = excluded.message_object, message_added = excluded.message_added,"
         " released = false WHERE l.lease_until <= pg_catalog.clock_timestamp()"
-        " AND (l.consumer <> excluded.consumer OR l.lease_until < $17)"
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
     static SPIPlanPtr plan = nullptr;
@@ -352,6 +269,10 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
     }
     qsort(taken, recorded, sizeof(int64), pg::compare_int64);
     CommandCounterIncrement();
+    for (int s = 0; s < nsegments; s++)
+        if (message_first[s] != 0 &&
+            bsearch(&tokens[s], taken, recorded, sizeof(int64), pg::compare_int64) != nullptr)
+            turns_claimed(&batch->segments[s].shard, role, lease_until);
 
     int written = 0;
     for (int m = 0; m < leased->nmessages; m++) {
@@ -470,25 +391,27 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
         (void)claim_shard(&shard, true);
     }
     // A fresh snapshot, after the locks: whoever replaced an expired claim
-    // did so under the lock, and has committed.  The claims end here
-    // (released, ended now, their rows forgotten): their rows stay as the
-    // shards' turns (offered_before).
+    // did so under the lock, and has committed.
     uint64 deleted = pg::spi_run_kept(
         &take_plan, "taking claims",
-        "UPDATE outbox.consumer_claims l SET released = true,"
-        " lease_until = pg_catalog.clock_timestamp(), rows_ctid = '{}', rows_id = '{}',"
-        " message_ends = '{}', message_category = '{}', message_object = '{}',"
-        " message_added = '{}' FROM outbox.consumer_claims o"
-        " WHERE l.claim = ANY ($1) AND NOT l.released AND o.claim = l.claim"
-        " RETURNING o.claim, o.silo, o.shard_scope, o.shard_identifier, o.cell_name,"
-        " o.lease_until <= pg_catalog.clock_timestamp(), o.lease_until, o.rows_ctid, o.rows_id,"
-        " o.message_ends, o.message_category, o.message_object, o.message_added, o.categories",
-        1, types, args, nullptr, false, SPI_OK_UPDATE_RETURNING);
+        "DELETE FROM outbox.consumer_claims WHERE claim = ANY ($1) AND NOT released"
+        " RETURNING claim, silo, shard_scope, shard_identifier, cell_name,"
+        " lease_until <= pg_catalog.clock_timestamp(), lease_until, rows_ctid, rows_id,"
+        " message_ends, message_category, message_object, message_added, categories, consumer",
+        1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
     MemoryContextSwitchTo(caller);
     SPITupleTable *taken = SPI_tuptable;
     auto *claims = (Claim *)palloc0(sizeof(Claim) * Max(n, 1));
     int32 *categories = nullptr;
     int ncategories = 0;
+    // The claims whose rows stay as their shards' turns.
+    auto *turn_claims = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    auto *turn_silos = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    auto *turn_scopes = (int32 *)palloc(sizeof(int32) * Max(n, 1));
+    auto *turn_identifiers = (int64 *)palloc(sizeof(int64) * Max(n, 1));
+    auto *turn_cells = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
+    auto *turn_roles = (Oid *)palloc(sizeof(Oid) * Max(n, 1));
+    int nturns = 0;
     for (int i = 0; i < n; i++) {
         uint64 r = 0;
         bool isnull;
@@ -519,6 +442,19 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
             DatumGetInt64(SPI_getbinval(tuple, taken->tupdesc, 4, &isnull));
         char *cell = SPI_getvalue(tuple, taken->tupdesc, 5);
         claim->shard.cell_name = claim->shard.silo == Silo::Control ? cell : nullptr;
+        // The worker's turn, unless it wants nothing there: the claim's
+        // row stays as the shard's turn (turn_before), and the worker reads
+        // its partition once this commits.
+        Oid claimer = DatumGetObjectId(SPI_getbinval(tuple, taken->tupdesc, 15, &isnull));
+        if (turns_claim_ended(&claim->shard, claimer)) {
+            turn_claims[nturns] = tokens[i];
+            turn_silos[nturns] = CStringGetTextDatum(silo_text(claim->shard.silo));
+            turn_scopes[nturns] = claim->shard.shard_scope;
+            turn_identifiers[nturns] = claim->shard.shard_identifier;
+            turn_cells[nturns] = CStringGetTextDatum(cell);
+            turn_roles[nturns] = claimer;
+            nturns++;
+        }
         Datum *items;
         int count;
         spi_array(tuple, taken->tupdesc, 8, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT,
@@ -576,6 +512,33 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
                     (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                      errmsg("permission denied to consume category %s", quote_literal_cstr(name))));
         }
+    }
+    if (nturns > 0) {
+        static SPIPlanPtr turn_plan = nullptr;
+        Oid turn_types[6] = {INT8ARRAYOID, TEXTARRAYOID, INT4ARRAYOID,
+                             INT8ARRAYOID, TEXTARRAYOID, OIDARRAYOID};
+        auto *roles = (Datum *)palloc(sizeof(Datum) * nturns);
+        for (int t = 0; t < nturns; t++)
+            roles[t] = ObjectIdGetDatum(turn_roles[t]);
+        Datum turn_args[6] = {
+            pg::int8_array(turn_claims, nturns),
+            PointerGetDatum(construct_array(turn_silos, nturns, TEXTOID, -1, false, TYPALIGN_INT)),
+            pg::int4_array(turn_scopes, nturns),
+            pg::int8_array(turn_identifiers, nturns),
+            PointerGetDatum(construct_array(turn_cells, nturns, TEXTOID, -1, false, TYPALIGN_INT)),
+            PointerGetDatum(construct_array(roles, nturns, OIDOID, 4, true, TYPALIGN_INT))};
+        (void)pg::spi_run_kept(
+            &turn_plan, "keeping the shards' turns",
+            "INSERT INTO outbox.consumer_claims (claim, silo, shard_scope, shard_identifier,"
+            " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
+            " message_ends, message_category, message_object, message_added, released)"
+            " SELECT k.claim, k.silo, k.scope, k.identifier, k.cell, k.consumer,"
+            " pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), '{}', '{}', '{}', '{}',"
+            " '{}', '{}', '{}', true FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+            " pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
+            " pg_catalog.unnest($6)) AS k (claim, silo, scope, identifier, cell, consumer)",
+            6, turn_types, turn_args, nullptr, false, SPI_OK_INSERT);
+        MemoryContextSwitchTo(caller);
     }
     return claims;
 }
@@ -706,8 +669,7 @@ OUTBOX_FUNCTION(outbox_claim) {
     }
     DrainPass *pass =
         session_pass_resume(&claimed, cell, control, categories.ids, categories.n, cell_name);
-    TimestampTz turn_before = offered_before(role);
-    HTAB *turns = turns_not_back(role, turn_before);
+    Turns turns = turns_begin(role);
     TimestampTz claimed_at = GetCurrentTimestamp();
     TimestampTz lease_until = claimed_at + lease_usecs;
     bool started = false;
@@ -735,7 +697,7 @@ OUTBOX_FUNCTION(outbox_claim) {
         }
         MemoryContext old = MemoryContextSwitchTo(work);
         LeasedBatch leased;
-        leave_turns(turns, batch);
+        TimestampTz *turn_before = turns_leave(&turns, batch);
         lease_batch(batch, &leased);
         // Beyond the messages wanted: not handed out.  A shard cut there
         // is claimed with its first messages; one past the cut waits for

@@ -3,6 +3,7 @@
 #include "delivery/drain_pass.hpp"
 
 #include "pg/spi.hpp"
+#include "worker_state/worker_state.hpp"
 
 extern "C" {
 #include "storage/proc.h"
@@ -55,6 +56,7 @@ struct DrainPass {
     Oid partition_relid;
     Oid partition_filenode;
     TimestampTz read_at;
+    TimestampTz read_began; // the read's transaction: its now()
     Tuplestorestate *store; // the due rows of the partition, sorted
     TupleDesc store_desc;
     TupleTableSlot *slot;
@@ -67,6 +69,7 @@ struct DrainPass {
     // that waits for a backoff is due.
     bool watch_pending;
     bool read_whole;
+    bool hid_wanted; // a consumer's lease hid rows the pass would take
     bool left_behind;
     TimestampTz next_due;
 
@@ -161,6 +164,27 @@ bool rows_hidden(bool control) {
                              : "SELECT EXISTS (SELECT FROM outbox.consumer_claims l"
                                " WHERE l.silo = 'cell' AND l.lease_until > pg_catalog.now())",
                      0, nullptr, nullptr, nullptr, true, SPI_OK_SELECT);
+    bool isnull;
+    return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
+}
+
+// Whether, in the read's snapshot, a consumer's live lease hid due rows of
+// the read's categories in the partition being read: the worker then wants
+// those shards' turns (consumers/, docs/consumers.md "Turns").  Asked by
+// the worker's passes only, and only when a lease hid something: a second
+// scan of the partition, with the leases hashed.
+bool hid_wanted_rows(const DrainPass *pass, bool control, Datum categories) {
+    char *sql = psprintf(
+        "SELECT EXISTS (SELECT FROM %s o WHERE o.category = ANY ($1) AND o.scheduled_for <= $2"
+        " AND (o.shard_scope, o.shard_identifier, %s) IN (SELECT l.shard_scope,"
+        " l.shard_identifier, l.cell_name FROM outbox.consumer_claims l WHERE l.silo = '%s'"
+        " AND l.lease_until > pg_catalog.now()))",
+        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
+                                   get_rel_name(pass->partition_relid)),
+        control ? "o.cell_name" : "''::text", control ? "control" : "cell");
+    Oid types[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
+    Datum args[2] = {categories, TimestampTzGetDatum(pass->read_at)};
+    pg::spi_run_here("looking for rows a lease hid", sql, 2, types, args, true, SPI_OK_SELECT);
     bool isnull;
     return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -291,6 +315,8 @@ bool read_next_partition(DrainPass *pass) {
                         TimestampTzPlusMilliseconds(pass->read_at, partition_trusted_ms));
         partition_watch_read(pass->silo, pass->partition, pass->partition_relid, again,
                              pass->left_behind);
+        worker_offered(pass->silo, pass->partition, pass->read_began, !pass->hid_wanted,
+                       pass->left_behind);
         pass->watch_pending = false;
     }
     if (pass->scope != PassScope::Unwatched && partition_watch_handlers_changed())
@@ -333,6 +359,7 @@ bool read_next_partition(DrainPass *pass) {
         categories[c] = Int32GetDatum(read[c]);
     Oid types[4] = {INT4ARRAYOID, TIMESTAMPTZOID, TEXTOID, TEXTARRAYOID};
     pass->read_at = GetCurrentTimestamp();
+    pass->read_began = GetCurrentTransactionStartTimestamp();
     Datum args[4] = {
         PointerGetDatum(construct_array(categories, ncategories, INT4OID, 4, true, TYPALIGN_INT)),
         TimestampTzGetDatum(pass->read_at),
@@ -402,6 +429,7 @@ bool read_next_partition(DrainPass *pass) {
     SPI_cursor_close(portal);
     if (pass->scope != PassScope::Unwatched) {
         pass->read_whole = !rows_hidden(control);
+        pass->hid_wanted = held && hid_wanted_rows(pass, control, args[0]);
         pass->left_behind = false;
         pass->watch_pending = true;
     }

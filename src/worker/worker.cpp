@@ -175,6 +175,8 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
 
 // Set while a pass is under way: no other starts meanwhile.
 bool draining = false;
+// worker_claims_ended() when the last pass that woke consumers for it began.
+uint32 claims_ended_seen = 0;
 
 // One pass over the due shards of the local silo(s) (delivery/drain_pass.hpp),
 // one transaction per batch, over the partitions scope says.  Returns the
@@ -182,6 +184,7 @@ bool draining = false;
 // handlers.
 int64 drain_pass(bool cell, bool control, PassScope scope, int64 *delivered) {
     draining = true;
+    uint32 claims_ended = worker_claims_ended();
     DrainPass *pass = drain_pass_begin(cell, control, nullptr, 0, nullptr, false, scope);
     int64 scheduled = 0;
     for (bool more = true; more;) {
@@ -208,6 +211,14 @@ int64 drain_pass(bool cell, bool control, PassScope scope, int64 *delivered) {
     }
     drain_pass_end(pass);
     draining = false;
+    // Consumers' claims ended before the pass: it read their partitions
+    // (claim_ended_at_commit), so their claimers' turns may be back, and
+    // consumers are woken to claim again.
+    if (claims_ended != claims_ended_seen) {
+        claims_ended_seen = claims_ended;
+        if (notify_consumers)
+            pg_atomic_write_u32(&worker_shared->notify_pending, 1);
+    }
     return scheduled;
 }
 
@@ -728,14 +739,7 @@ bool cycle(bool requested) {
     cycle_cell = cell;
     cycle_control = control;
     cycle_links = ntargets > 0;
-    TimestampTz pass_start = GetCurrentTimestamp();
     scheduled += drain_pass(cell, control, requested ? PassScope::All : PassScope::Due, &delivered);
-    // Consumers' claims that ended before the pass began have been offered
-    // to the handlers (consumers/consumer.cpp, offered_before): their claimers may take them
-    // again.
-    SpinLockAcquire(&worker_shared->mutex);
-    worker_shared->pass_began = pass_start;
-    SpinLockRelease(&worker_shared->mutex);
     delivered += send_links(ntargets, targets);
     retry_checks(start);
     // What other clusters handed over, kept for outbox.inbox_retention;

@@ -30,6 +30,7 @@ void worker_shmem_startup() {
         pg_atomic_init_u64(&worker_shared->written[0], 0);
         pg_atomic_init_u64(&worker_shared->written[1], 0);
         pg_atomic_init_u32(&worker_shared->handlers_changed, 0);
+        pg_atomic_init_u32(&worker_shared->claims_ended, 0);
     }
 }
 
@@ -56,6 +57,7 @@ void ask_worker_to_notify() {
 // reads a partition for nothing, once.
 uint64 written_partitions[2] = {0, 0};
 bool changed_handlers = false;
+bool ended_claims = false; // claim_ended_at_commit
 
 // Once the commit is visible (XACT_EVENT_COMMIT comes after the procarray
 // says so): a read that starts after the worker cleared a bit sees this
@@ -65,6 +67,8 @@ bool changed_handlers = false;
 void wake_for_written() {
     if (changed_handlers)
         pg_atomic_fetch_add_u32(&worker_shared->handlers_changed, 1);
+    if (ended_claims)
+        pg_atomic_fetch_add_u32(&worker_shared->claims_ended, 1);
     bool news = false;
     for (int silo = 0; silo < 2; silo++) {
         uint64 bits = written_partitions[silo];
@@ -93,6 +97,7 @@ void on_xact(XactEvent event, void *) {
         written_level = 0;
         written_partitions[0] = written_partitions[1] = 0;
         changed_handlers = false;
+        ended_claims = false;
     }
 }
 
@@ -179,14 +184,45 @@ bool worker_backfill_rate(double *ids_per_second) {
     return true;
 }
 
-bool worker_last_pass_began(TimestampTz *began) {
+void claim_ended_at_commit(int silo, int remainder) {
     if (worker_shared == nullptr)
+        return;
+    register_callbacks();
+    written_partitions[silo] |= uint64(1) << (remainder % 64);
+    ended_claims = true;
+}
+
+void worker_offered(int silo, int remainder, TimestampTz began, bool clean, bool left_behind) {
+    if (remainder >= turn_partitions)
+        return;
+    SpinLockAcquire(&worker_shared->mutex);
+    // A read that left something behind had no turn at that shard: often
+    // the very claim whose end woke the worker still held its lock (the
+    // commit's callbacks come before its locks go).
+    if (!left_behind)
+        worker_shared->offered[silo][remainder] = began;
+    worker_shared->offered_clean[silo][remainder] = clean && !left_behind;
+    SpinLockRelease(&worker_shared->mutex);
+}
+
+bool worker_offered_at(int silo, int remainder, TimestampTz *since) {
+    if (worker_shared == nullptr || remainder >= turn_partitions)
         return false;
     SpinLockAcquire(&worker_shared->mutex);
     bool running = worker_shared->pid != 0;
-    *began = worker_shared->pass_began;
+    *since = worker_shared->offered[silo][remainder];
+    bool clean = worker_shared->offered_clean[silo][remainder];
     SpinLockRelease(&worker_shared->mutex);
-    return running && *began != 0;
+    // A commit that wrote rows for the handlers since sets the bit: the
+    // worker has something to read there again.
+    uint64 bit = uint64(1) << (remainder % 64);
+    if (clean && *since != 0 && (pg_atomic_read_u64(&worker_shared->written[silo]) & bit) == 0)
+        *since = DT_NOEND;
+    return running;
+}
+
+uint32 worker_claims_ended() {
+    return pg_atomic_read_u32(&worker_shared->claims_ended);
 }
 
 } // namespace pgoutbox

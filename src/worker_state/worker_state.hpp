@@ -16,6 +16,10 @@ extern "C" {
 
 namespace pgoutbox {
 
+// The outbox partitions (by remainder) whose reads the worker tells
+// consumers of; beyond them, turns fall back on a naptime.
+constexpr int turn_partitions = 256;
+
 struct WorkerShared {
     slock_t mutex;
     pid_t pid;          // 0 until the worker has started
@@ -23,10 +27,6 @@ struct WorkerShared {
     Latch *mover_latch; // "pg_outbox mover"'s (worker/mover.cpp), woken with it
     TimestampTz last_cycle_start;
     TimestampTz last_cycle_end;
-    // When the drain pass of the worker's last cycle began, written once
-    // the pass has finished (0: none yet): a consumer's claim that ended
-    // before then has been offered to the worker's handlers.
-    TimestampTz pass_began;
     int64 shards_drained;
     int64 messages_delivered;
     int64 rows_scheduled;
@@ -63,6 +63,17 @@ struct WorkerShared {
     pg_atomic_uint64 written[2];
     // Counts commits that changed the handlers, told before their bits.
     pg_atomic_uint32 handlers_changed;
+    // The turns of consumers' claims (consumers/, docs/consumers.md): per
+    // silo and outbox partition (by remainder), when the transaction of the
+    // worker's last read of it that left nothing behind began, once that
+    // read's batches are over (0: none), and whether its last read was
+    // clean: no lease hid rows it would take, nothing left behind.  Under
+    // mutex.
+    TimestampTz offered[2][turn_partitions];
+    bool offered_clean[2][turn_partitions];
+    // Counts the commits that ended consumers' claims: after a pass that
+    // began after one, the worker NOTIFYs consumers.
+    pg_atomic_uint32 claims_ended;
 };
 
 // NULL unless pg_outbox is in shared_preload_libraries.
@@ -76,10 +87,6 @@ void worker_reset_totals();
 // time they took (budget waits left out); false before any batch, or
 // without shared_preload_libraries.
 bool worker_backfill_rate(double *ids_per_second);
-
-// When the drain pass of the worker's last cycle began, once that pass has
-// finished; false when the worker is not running (or has finished none).
-bool worker_last_pass_began(TimestampTz *began);
 
 // The channel consumers LISTEN on: the worker NOTIFYs it (no payload) after
 // commits that wrote outbox rows, once for all those that committed while
@@ -102,6 +109,26 @@ void drain_at_commit(int silo, uint64 partitions);
 // This transaction changed the handlers: at its commit, before its bits,
 // the count in WorkerShared moves.
 void handlers_changed_at_commit();
+
+// This transaction ends a consumer's claim of a shard in the partition
+// (silo, remainder): once it has committed, the worker reads the partition
+// (the handlers' turn), then NOTIFYs consumers (the claimer's turn may be
+// back).  Nothing without shared_preload_libraries; never raises.
+void claim_ended_at_commit(int silo, int remainder);
+
+// The worker's read of a partition, in a transaction that began at began,
+// is over: clean or not (a consumer's lease hid rows it would take), and
+// with something left behind or not.
+void worker_offered(int silo, int remainder, TimestampTz began, bool clean, bool left_behind);
+
+// Since when the worker has had its turn at the partition: when its last
+// read of it began; DT_NOEND when that read was clean and no commit wrote
+// rows for the handlers since (the worker wants nothing there).  False
+// when the worker is not running, or the partition is not one it tells.
+bool worker_offered_at(int silo, int remainder, TimestampTz *since);
+
+// The count of commits that ended claims (the worker's, around its passes).
+uint32 worker_claims_ended();
 
 // outbox.wake_worker(): a cycle now; false when the worker is not running.
 bool worker_wake_for_cycle();

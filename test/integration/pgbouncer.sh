@@ -84,10 +84,13 @@ CREATE TABLE claim_backends (n bigserial, op text, claim bigint, consumer text,
 CREATE FUNCTION record_claim_backend() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
     SET search_path = pg_catalog, public AS $$
 BEGIN
-    IF TG_OP = 'DELETE' OR NEW.released AND NOT OLD.released THEN
-        INSERT INTO public.claim_backends (op, claim, consumer, shard, pid)
-        VALUES ('end', OLD.claim, OLD.consumer::text, OLD.shard_identifier, pg_backend_pid());
-    ELSE
+    -- A released row (a shard's turn, docs/consumers.md) is no claim.
+    IF TG_OP = 'DELETE' THEN
+        IF NOT OLD.released THEN
+            INSERT INTO public.claim_backends (op, claim, consumer, shard, pid)
+            VALUES ('end', OLD.claim, OLD.consumer::text, OLD.shard_identifier, pg_backend_pid());
+        END IF;
+    ELSIF NOT NEW.released THEN
         INSERT INTO public.claim_backends (op, claim, consumer, shard, pid)
         VALUES ('claim', NEW.claim, NEW.consumer::text, NEW.shard_identifier, pg_backend_pid());
     END IF;
