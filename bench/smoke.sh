@@ -1,7 +1,8 @@
 # Sourced by the benchmarks under bench/.  SMOKE=1 runs a benchmark at a
 # size of seconds, to check its plumbing (servers up and down, contenders
-# that finish, its checks), never its figures: test/bench_smoke.sh runs
-# every one that way in CI.
+# that finish, its checks), never its figures: test/integration/
+# bench_smoke.sh runs every benchmark that sources this file that way in CI
+# (issue 47: bench/consumer/run.sh so far).
 BENCH_NAME=bench/$(basename "$(dirname "$0")")/$(basename "$0")
 
 # bench_fail MESSAGE: a contender failed or a wait passed its bound.

@@ -89,9 +89,10 @@ for script in "$root"/test/integration/*.sh; do
     # worker.sh and backfill_guard.sh run as well; relocation_move.sh's
     # moves (the step machine, the peer calls, the move's triggers, the
     # owner's writes) run again in relocation_trust.sh, relocation_stall.sh
-    # and relocation_cascade.sh.  CI's time goes to the soak instead.
+    # and relocation_cascade.sh; bench_smoke.sh checks the benchmarks'
+    # plumbing, not pg_outbox.  CI's time goes to the soak instead.
     if [[ -n ${OUTBOX_SANITIZE:-} &&
-          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade guard_reload drain_wake relocation_move_faults relocation_move " == *" $name "* ]]; then
+          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade guard_reload drain_wake relocation_move_faults relocation_move bench_smoke " == *" $name "* ]]; then
         echo "== integration $name: skipped under the sanitizers"
         continue
     fi

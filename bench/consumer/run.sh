@@ -28,7 +28,7 @@ SHARDS=1000
 if [[ -n ${SMOKE:-} ]]; then
     RUNS=1 LAG_SECONDS=2 CAPTURE_SECONDS=1 SHARDS=20
 fi
-PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+PYTHON=${PYTHON:-/usr/bin/python3} # Debian's, with python3-psycopg2
 work=$(mktemp -d)
 chmod 777 "$work"
 trap '[[ -z $consumer ]] || kill $consumer 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
