@@ -226,7 +226,8 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
     // claimed again by replacing its row: by another role at once, by the
     // same role once the others had their turn (turn_before, $17; under the
     // shard's lock, taken by lease_batch, that row cannot change
-    // meanwhile).
+    // meanwhile).  The OR keeps the check a probe of the key, made only for
+    // the shards that may have a turn, not an anti-join over the table.
     const char *sql =
         "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
         " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
@@ -249,7 +250,8 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
         " FROM ROWS FROM (pg_catalog.unnest($7), pg_catalog.unnest($13), pg_catalog.unnest($14),"
         " pg_catalog.unnest($15), pg_catalog.unnest($16)) WITH ORDINALITY"
         " AS m (k, e, c, o, a, n) GROUP BY m.k) m ON m.k = s.k"
-        " WHERE NOT EXISTS (SELECT FROM outbox.consumer_claims t WHERE t.silo = s.silo"
+        " WHERE s.turn_before = 'infinity' OR NOT EXISTS (SELECT FROM outbox.consumer_claims t"
+        " WHERE t.silo = s.silo"
         " AND t.shard_scope = s.scope AND t.shard_identifier = s.identifier"
         " AND t.cell_name = s.cell AND t.consumer = $8 AND t.lease_until >= s.turn_before)"
         " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
