@@ -847,6 +847,7 @@ void outbox_worker_main(Datum) {
 
     SpinLockAcquire(&worker_shared->mutex);
     worker_shared->pid = MyProcPid;
+    worker_shared->enabled = worker_enabled;
     worker_shared->latch = MyLatch;
     worker_shared->nthrottled = 0; // a worker before this one may have left some
     worker_shared->nfailing = 0;
@@ -906,6 +907,9 @@ void outbox_worker_main(Datum) {
         }
         next_cycle = TimestampTzPlusMilliseconds(now, naptime_ms);
         busy = false;
+        SpinLockAcquire(&worker_shared->mutex);
+        worker_shared->enabled = worker_enabled;
+        SpinLockRelease(&worker_shared->mutex);
         if (!worker_enabled)
             continue;
         // No extension in this database yet: nothing to do until it is.

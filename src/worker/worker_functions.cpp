@@ -113,7 +113,7 @@ OUTBOX_FUNCTION(outbox__worker_status) {
     SpinLockAcquire(&worker_shared->mutex);
     copy = *worker_shared;
     SpinLockRelease(&worker_shared->mutex);
-    const char *state = copy.pid != 0 ? (worker_enabled ? "running" : "disabled") : "stopped";
+    const char *state = copy.pid != 0 ? (copy.enabled ? "running" : "disabled") : "stopped";
     for (int i = 0; i < NCOLUMNS; i++)
         nulls[i] = false;
     values[STATE] = CStringGetTextDatum(state);

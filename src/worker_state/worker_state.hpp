@@ -33,6 +33,10 @@ struct WorkerShared {
     int64 rows_backfilled;
     int64 backfill_budget_left;
     bool backfill_paused; // the cursor store (Redis) failed: retrying
+    // outbox.worker_enabled as the worker last applied it, between cycles:
+    // once it reads false, no cycle runs until it reads true again (a
+    // reload the worker has not yet taken does not show here).
+    bool enabled;
     // outbox.backfill_max_shard_depth as the worker applies it (read again
     // before each backfill step)
     int32 backfill_max_shard_depth;

@@ -86,6 +86,14 @@ on() { # NAME psql-args...: psql on that database, quiet, tuples only
         -U "${ON_USER:-postgres}" -d postgres "$@"
 }
 
+# worker_set NAME on|off: outbox.worker_enabled there, and wait until its
+# worker has taken it between two cycles (a reload alone leaves a cycle
+# already under way to run, and the worker may take the signal late).
+worker_set() { # NAME on|off
+    on "$1" -c "ALTER SYSTEM SET outbox.worker_enabled = $2" -c "SELECT pg_reload_conf()" >/dev/null
+    wait_on "$1" 60 "SELECT state FROM outbox.worker_status" "$([[ $2 == on ]] && echo running || echo disabled)"
+}
+
 # wait_on NAME SECONDS SQL EXPECTED: polls that database every 0.2 s until
 # the SQL returns EXPECTED.
 wait_on() { # NAME SECONDS SQL EXPECTED

@@ -122,8 +122,7 @@ check "the us link goes on: user 901 reaches us" wait_on us 30 \
     "SELECT count(*) FROM applied WHERE object = 901" 1
 # us's own rows, waiting (control's worker held off while they are
 # written): a peer cannot make control drop what it has not been sent.
-on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
+worker_set control off
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(903, 905) g"
 us_ids=$(on control -c "SELECT string_agg(id::text, ',') FROM outbox.control_outbox WHERE cell_name = 'us' AND object_identifier BETWEEN 903 AND 905")
 hostile_received "'{$us_ids}'" "'forged'"
@@ -167,8 +166,7 @@ check "and the link recovers, its last error cleared" wait_on control 30 \
 # past outbox.owner_lock_timeout.  The links' rounds fail visibly and back
 # off (their batches stay in control's outbox), and the tombstone reaches
 # the cell once the lock is gone.
-on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
+worker_set control off
 on control -c "DELETE FROM auth_user WHERE id = 8" >/dev/null
 on control -c "BEGIN; LOCK TABLE auth_user IN ACCESS EXCLUSIVE MODE; SELECT pg_sleep(6); COMMIT" >/dev/null &
 locker=$!
@@ -186,8 +184,7 @@ check "and the tombstone reaches the cell afterwards" wait_on us 60 \
 # outbox.link_secret; pgcrypto computes it here): when the worker starts
 # again, its new connection finds the batch in the cell's inbox and
 # deletes those rows instead of sending them again.
-on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
+worker_set control off
 on control -c "CREATE EXTENSION IF NOT EXISTS pgcrypto" >/dev/null
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(5001, 5010) g"
 # (A session of its own: control's connection is refused from now on, and
@@ -292,7 +289,7 @@ check "the other links go on" wait_on us 30 "SELECT count(*) FROM applied WHERE 
 # 7. outbox.inbox_retention: the worker forgets unacknowledged batches
 # received longer ago than that (checked once a minute, and when it starts).
 # A batch from control waits unacknowledged (control's worker held off).
-on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+worker_set control off
 ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 97)" \
     -c "SELECT outbox.receive(1, 97, 4343, 'r', '{}', '{}', '{}', '{}', '{}', '{}', '{}', '{}')" >/dev/null
 before=$(on us -c "SELECT count(*) || ' ' || max(received_at) FROM outbox.inbox")
@@ -454,8 +451,7 @@ check "no longer one, the link goes on" wait_on control 90 \
 # A batch whose receipt no key recognises (a lost secret) is listed and
 # does not stop the link; given up on, us forgets it.  A stream of users
 # goes out all along: every one applied once.
-on control -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
+worker_set control off
 on control -c "INSERT INTO auth_user SELECT g, 'user ' || g FROM generate_series(80001, 80010) g"
 ON_USER=outbox_link_control on us -c "SELECT FROM outbox.received(1, 98)" >/dev/null
 batch_sql() { # TOKEN KEY-SQL FIRST LAST: receive() of those users' rows, receipted with that key

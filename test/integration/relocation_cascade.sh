@@ -39,7 +39,7 @@ check "us holds member $member of organization 1, user $user's, and $members_of_
 eu_member=$(on eu -c "INSERT INTO member (organization_id, user_id) VALUES (3, 430) RETURNING id")
 check "eu's cascade walks its rows past its own member $eu_member" \
     wait_on eu 60 "SELECT row_watermark >= $eu_member FROM outbox.foreign_keys WHERE column_name = 'user_id'" t
-on us -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+worker_set us off
 on control >/dev/null <<'SQL'
 CREATE SEQUENCE public.hold_import;
 CREATE FUNCTION public.hold_at_step() RETURNS trigger LANGUAGE plpgsql

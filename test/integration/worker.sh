@@ -90,12 +90,14 @@ check "worker_status: ids backfilled, budget, cycle times" [ "$(q -c "SELECT (ro
 # SIGHUP reloads its settings: switched off, it leaves new rows alone;
 # switched on again, it drains them.
 q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-sleep 0.5
+check "worker_status: disabled once the worker has taken the reload" \
+    wait_for 30 "SELECT state FROM outbox.worker_status" disabled
 q -c "UPDATE member SET email = 'while off' WHERE id = 5" >/dev/null
 sleep 1
 check "reloaded worker_enabled = off: rows wait" [ "$(q -c "SELECT count(*) FROM outbox.cell_outbox")" = 1 ]
 q -c "ALTER SYSTEM RESET outbox.worker_enabled" -c "SELECT pg_reload_conf()" >/dev/null
 check "reloaded worker_enabled = on: drained" wait_for 10 "SELECT count(*) FROM outbox.cell_outbox" 0
+check "worker_status: running again" [ "$(q -c "SELECT state FROM outbox.worker_status")" = running ]
 
 # A hot shard: 100,000 rows of one shard, ten batches, more than a pass
 # keeps in memory (its tuplestore spills to a file read across the batches'
