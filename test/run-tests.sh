@@ -72,8 +72,32 @@ count "$tap_ok" "$tap_bad" "pgTAP"
 cluster_stop
 
 # 4. Integration scripts: each makes its own cluster, prints "ok - ..." /
-# "not ok - ..." per check and exits non-zero on failure.
+# "not ok - ..." per check and exits non-zero on failure.  OUTBOX_TEST_JOBS
+# of them (2 by default) run at once: most of a script's time is waiting
+# (a lease, a naptime, a restart), and each has its own clusters, ports and
+# Redis.  The scripts that measure a wait against a bound run by themselves
+# first, so that a neighbour's load never decides their figure.
+jobs=${OUTBOX_TEST_JOBS:-2}
+alone=" consumer_hold consumer_fairness drain_wake pgbouncer guard_reload relocation_trust "
 regress_out=$(mktemp -d)
+declare -A job_name=() job_started=()
+report() { # NAME RC STARTED
+    local ok bad
+    ok=$(grep -cE '^ok ' "$regress_out/$1.log")
+    bad=$(grep -cE '^not ok ' "$regress_out/$1.log")
+    (($2 != 0 && bad == 0)) && bad=1
+    (($2 == 0 && ok == 0)) && ok=1
+    ((bad > 0)) && tail -n 80 "$regress_out/$1.log"
+    count "$ok" "$bad" "integration $1 ($((SECONDS - $3)) s)"
+}
+reap() { # waits for one running script and reports it
+    local pid rc
+    wait -n -p pid
+    rc=$?
+    report "${job_name[$pid]}" "$rc" "${job_started[$pid]}"
+    unset "job_name[$pid]" "job_started[$pid]"
+}
+scripts=()
 for script in "$root"/test/integration/*.sh; do
     [[ -e $script ]] || continue
     name=$(basename "$script" .sh)
@@ -90,22 +114,30 @@ for script in "$root"/test/integration/*.sh; do
     # moves (the step machine, the peer calls, the move's triggers, the
     # owner's writes) run again in relocation_trust.sh, relocation_stall.sh
     # and relocation_cascade.sh; bench_smoke.sh checks the benchmarks'
-    # plumbing, not pg_outbox.  CI's time goes to the soak instead.
+    # plumbing, not pg_outbox; consumer_hold.sh and consumer_fairness.sh
+    # spend their minutes on rounds of claims whose C++ (claims, leases,
+    # turns) consumers.sh runs too.  CI's time goes to the soak instead.
     if [[ -n ${OUTBOX_SANITIZE:-} &&
-          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade guard_reload drain_wake relocation_move_faults relocation_move bench_smoke " == *" $name "* ]]; then
+          " no_preload alert_rules prometheus pgbouncer django_migrate readme_tour upgrade guard_reload drain_wake relocation_move_faults relocation_move bench_smoke consumer_hold consumer_fairness " == *" $name "* ]]; then
         echo "== integration $name: skipped under the sanitizers"
         continue
     fi
-    started=$SECONDS
-    bash "$script" >"$regress_out/$name.log" 2>&1
-    rc=$?
-    ok=$(grep -cE '^ok ' "$regress_out/$name.log")
-    bad=$(grep -cE '^not ok ' "$regress_out/$name.log")
-    ((rc != 0 && bad == 0)) && bad=1
-    ((rc == 0 && ok == 0)) && ok=1
-    ((bad > 0)) && tail -n 80 "$regress_out/$name.log"
-    count "$ok" "$bad" "integration $name ($((SECONDS - started)) s)"
+    if [[ $alone == *" $name "* ]]; then
+        started=$SECONDS
+        bash "$script" >"$regress_out/$name.log" 2>&1
+        report "$name" $? "$started"
+    else
+        scripts+=("$script")
+    fi
 done
+for script in "${scripts[@]}"; do
+    ((${#job_name[@]} >= jobs)) && reap
+    name=$(basename "$script" .sh)
+    bash "$script" >"$regress_out/$name.log" 2>&1 &
+    job_name[$!]=$name
+    job_started[$!]=$SECONDS
+done
+while ((${#job_name[@]} > 0)); do reap; done
 
 rm -rf "$regress_out"
 

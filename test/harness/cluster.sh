@@ -47,7 +47,10 @@ CONF
 redis_start() {
     export REDIS_PORT=$(_free_port)
     REDIS_LOG=$(mktemp /tmp/pg_outbox_redis.XXXXXX)
+    # OUTBOX_SMOKE_TAG (test/integration/bench_smoke.sh) in its title:
+    # Redis writes its title over its environment, where the tag was.
     redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
+        ${OUTBOX_SMOKE_TAG:+--proc-title-template "{title} {listen-addr} $OUTBOX_SMOKE_TAG"} \
         --daemonize no >"$REDIS_LOG" 2>&1 &
     REDIS_PID=$!
     for _ in $(seq 50); do
@@ -81,8 +84,11 @@ cluster_stop() {
 # test/sanitize.sh) the library is built with the sanitizers, and every
 # server this file starts gets the sanitizers' options (OUTBOX_SERVER_ENV)
 # and leaves their reports in OUTBOX_SANITIZER_LOG when stopped.
+# OUTBOX_NO_INSTALL=1: neither, the installed build is used (a benchmark run
+# beside a build in progress).
 install_extension() {
     local root=$1
+    [[ -n ${OUTBOX_NO_INSTALL:-} ]] && return 0
     local flags=(-C "$root" -s PG_CONFIG="$PG_CONFIG" ${OUTBOX_SANITIZE:+SANITIZE=1})
     make "${flags[@]}" -j"$(nproc)" >/dev/null
     if [[ -w $("$PG_CONFIG" --pkglibdir) ]]; then
