@@ -142,4 +142,15 @@ bool turns_claim_ended(const ShardKey *shard, Oid claimer) {
     return true;
 }
 
+int64 turns_forget_ended() {
+    static SPIPlanPtr plan = nullptr;
+    Oid types[1] = {INT4OID};
+    Datum args[1] = {Int32GetDatum(max_lease_s)};
+    return (int64)pg::spi_run_kept(
+        &plan, "forgetting ended claims",
+        "DELETE FROM outbox.consumer_claims WHERE lease_until < pg_catalog.now()"
+        " - pg_catalog.make_interval(secs => $1)",
+        1, types, args, nullptr, false, SPI_OK_DELETE);
+}
+
 } // namespace pgoutbox

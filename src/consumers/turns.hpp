@@ -50,4 +50,11 @@ void turns_claimed(const ShardKey *shard, Oid role, TimestampTz lease_until);
 // shard's partition once this transaction commits.
 bool turns_claim_ended(const ShardKey *shard, Oid claimer);
 
+// Forgets the claims that ended more than outbox.max_lease ago (lapsed or
+// released): no turn lasts longer, and such a token completes nothing
+// either way.  Without it, outbox.consumer_claims kept a row for every
+// shard ever claimed, which every partition read looks through for live
+// leases.  The worker's, each cycle; inside SPI.  Returns the rows deleted.
+int64 turns_forget_ended();
+
 } // namespace pgoutbox

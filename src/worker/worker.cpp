@@ -28,6 +28,7 @@
 #include "backfill/backfill_batch.hpp"
 #include "backfill/backfill_walk.hpp"
 #include "cascade/cascade.hpp"
+#include "consumers/turns.hpp"
 #include "delivery/tombstones.hpp"
 #include "delivery/compaction.hpp"
 #include "delivery/delivery.hpp"
@@ -751,6 +752,8 @@ bool cycle(bool requested) {
             "pg_outbox: pruning the inbox", [] { (void)link_prune_inbox(); }, nullptr);
     }
     compact(cell, control);
+    in_transaction(
+        "pg_outbox: forgetting ended claims", [] { (void)turns_forget_ended(); }, nullptr);
 
     // The budget is per minute: what the drain scheduled and what was
     // backfilled in this minute both count against it.

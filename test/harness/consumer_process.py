@@ -2,9 +2,12 @@
 """consumer/outbox_consumer.py as test/integration/consumers.sh runs it: the
 Consumer class with a handler that records each delivery in the table
 delivered (through its own connection, RECORD_DSN), sleeps DELAY seconds, and
-fails for the objects in FAIL_OBJECTS (after FAIL_AFTER seconds).
+fails for the objects in FAIL_OBJECTS (after FAIL_AFTER seconds).  With
+RECORD_OBJECTS, it records the deliveries of those objects only (a consumer
+at full speed: a recorded delivery costs a round trip).
 Configured by the environment: NAME, OUTBOX_DSN, RECORD_DSN, CATEGORIES
-(comma-separated), BATCH, LEASE, POLL, DELAY, FAIL_OBJECTS, FAIL_AFTER."""
+(comma-separated), BATCH, LEASE, POLL, DELAY, FAIL_OBJECTS, FAIL_AFTER,
+RECORD_OBJECTS."""
 import os
 import sys
 import time
@@ -18,6 +21,7 @@ name = env("NAME", "consumer")
 delay = float(env("DELAY", "0"))
 fail = {int(o) for o in env("FAIL_OBJECTS", "").split(",") if o}
 fail_after = float(env("FAIL_AFTER", "0"))
+only = {int(o) for o in env("RECORD_OBJECTS", "").split(",") if o}
 record = psycopg2.connect(env("RECORD_DSN", ""))
 record.autocommit = True
 recorder = record.cursor()
@@ -29,6 +33,8 @@ def handle(message):
         time.sleep(fail_after)
         raise RuntimeError("receiver refused object %d" % message["object_identifier"])
     time.sleep(delay)
+    if only and message["object_identifier"] not in only:
+        return
     payload = message["payload"] or {}
     recorder.execute(
         "INSERT INTO delivered (consumer, shard, object, seq, written_at, started, finished)"

@@ -98,4 +98,12 @@ round lapse 0 3 "a claimer that claims again as its lease ends"
 round giveback 100 10 "a claimer that gives each claim back and claims again at once"
 round keep 200 3 "a claimer that keeps each claim 2.5 s, gives it back and claims again at once"
 
+# A claim that ended is forgotten by the worker once max_lease has passed
+# since its end: one of 1 s, left to lapse.
+q -c "INSERT INTO orgs VALUES (1) ON CONFLICT (id) DO UPDATE SET seq = orgs.seq + 1" >/dev/null
+q -c "SET ROLE holder" -c "SELECT count(*) FROM outbox.claim(100, '1 s')" >/dev/null
+sleep 1.5
+check "a lapsed claim's row stays for max_lease (3 s)" \
+    test "$(q -c "SELECT count(*) FROM outbox.consumer_claims WHERE lease_until < now()")" = 1
+check "... then the worker forgets it" wait_for 15 "SELECT count(*) FROM outbox.consumer_claims" 0
 checks_done consumer_hold
