@@ -5,6 +5,7 @@
 // PostgreSQL calls: errors unwind through it freely.
 #include "delivery/delivery.hpp"
 
+#include "pg/run_as.hpp"
 #include "pg/hash.hpp"
 #include "pg/spi.hpp"
 #include "registry/outbox_layout.hpp"
@@ -438,13 +439,11 @@ int64 delete_claimed_rows(const ClaimedRows *rows) {
         Datum args[4] = {pg::int8_array(missing, nmissing), Int32GetDatum(shard->shard_scope),
                          Int64GetDatum(shard->shard_identifier),
                          CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
-        deleted += (int64)pg::spi_run_here(
-            "deleting delivered rows",
-            psprintf("DELETE FROM %s o WHERE o.id = ANY ($1) AND %s",
-                     quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
-                                                get_rel_name(partition)),
-                     shard_condition(shard)),
-            4, types, args, false, SPI_OK_DELETE);
+        deleted +=
+            (int64)pg::spi_run_here("deleting delivered rows",
+                                    psprintf("DELETE FROM %s o WHERE o.id = ANY ($1) AND %s",
+                                             pg::qualified_name(partition), shard_condition(shard)),
+                                    4, types, args, false, SPI_OK_DELETE);
     }
     CommandCounterIncrement();
     return deleted;

@@ -2,6 +2,7 @@
 // unwind through it.
 #include "delivery/compaction.hpp"
 
+#include "pg/run_as.hpp"
 #include "pg/spi.hpp"
 
 extern "C" {
@@ -23,11 +24,6 @@ constexpr int max_live_rows = 10000;
 // The size a live row is assumed to take on disk, to tell from the
 // statistics whether a partition is mostly dead.
 constexpr int64 live_row_bytes = 200;
-
-char *partition_name(Oid partition) {
-    return quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
-                                      get_rel_name(partition));
-}
 
 } // namespace
 
@@ -56,7 +52,7 @@ bool compact_partition(Oid partition) {
     // committed in between would not be copied back.
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
-    char *name = partition_name(partition);
+    char *name = pg::qualified_name(partition);
     Oid types[1] = {INT4OID};
     Datum args[1] = {Int32GetDatum(max_live_rows + 1)};
     PushActiveSnapshot(GetLatestSnapshot());

@@ -2,6 +2,7 @@
 // unwind through it.
 #include "delivery/drain_pass.hpp"
 
+#include "pg/run_as.hpp"
 #include "pg/spi.hpp"
 #include "worker_state/worker_state.hpp"
 
@@ -132,6 +133,9 @@ struct ReadPlan {
     SPIPlanPtr plan;
 };
 ReadPlan read_plans[256];
+// The kind of hid_wanted_rows's plan (a partition is of one silo); the
+// reads' kinds are 0 to 11.
+constexpr int hid_wanted_kind = 12;
 int nread_plans = 0;
 
 SPIPlanPtr *read_plan(Oid partition, int kind) {
@@ -172,19 +176,25 @@ bool rows_hidden(bool control) {
 // the read's categories in the partition being read: the worker then wants
 // those shards' turns (consumers/, docs/consumers.md "Turns").  Asked by
 // the worker's passes only, and only when a lease hid something: a second
-// scan of the partition, with the leases hashed.
+// scan of the partition, with the leases hashed; its plan kept per
+// partition, as the reads' are.
 bool hid_wanted_rows(const DrainPass *pass, bool control, Datum categories) {
-    char *sql = psprintf(
-        "SELECT EXISTS (SELECT FROM %s o WHERE o.category = ANY ($1) AND o.scheduled_for <= $2"
-        " AND (o.shard_scope, o.shard_identifier, %s) IN (SELECT l.shard_scope,"
-        " l.shard_identifier, l.cell_name FROM outbox.consumer_claims l WHERE l.silo = '%s'"
-        " AND l.lease_until > pg_catalog.now()))",
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
-                                   get_rel_name(pass->partition_relid)),
-        control ? "o.cell_name" : "''::text", control ? "control" : "cell");
+    SPIPlanPtr *plan = read_plan(pass->partition_relid, hid_wanted_kind);
+    const char *sql =
+        *plan != nullptr
+            ? nullptr
+            : psprintf("SELECT EXISTS (SELECT FROM %s o WHERE o.category = ANY ($1) AND "
+                       "o.scheduled_for <= $2"
+                       " AND (o.shard_scope, o.shard_identifier, %s) IN (SELECT l.shard_scope,"
+                       " l.shard_identifier, l.cell_name FROM outbox.consumer_claims l WHERE "
+                       "l.silo = '%s'"
+                       " AND l.lease_until > pg_catalog.now()))",
+                       pg::qualified_name(pass->partition_relid),
+                       control ? "o.cell_name" : "''::text", control ? "control" : "cell");
     Oid types[2] = {INT4ARRAYOID, TIMESTAMPTZOID};
     Datum args[2] = {categories, TimestampTzGetDatum(pass->read_at)};
-    pg::spi_run_here("looking for rows a lease hid", sql, 2, types, args, true, SPI_OK_SELECT);
+    pg::spi_run_kept(plan, "looking for rows a lease hid", sql, 2, types, args, nullptr, true,
+                     SPI_OK_SELECT);
     bool isnull;
     return DatumGetBool(SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull));
 }
@@ -392,9 +402,7 @@ bool read_next_partition(DrainPass *pass) {
         "SELECT o.ctid, o.id, o.category, o.object_identifier, o.scheduled_for, o.date_added,"
         " o.shard_scope, o.shard_identifier, %s FROM %s o WHERE o.category = ANY ($1)%s%s%s"
         " ORDER BY %s, o.id",
-        control ? "o.cell_name" : "NULL::text",
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(pass->partition_relid)),
-                                   get_rel_name(pass->partition_relid)),
+        control ? "o.cell_name" : "NULL::text", pg::qualified_name(pass->partition_relid),
         held ? not_held(control ? Silo::Control : Silo::Cell) : "",
         pass->linked ? ""
         : control    ? " AND o.cell_name <> ALL ($4)"
@@ -679,9 +687,7 @@ DrainBatch *read_shard(const ShardKey *shard, int max_rows) {
         "SELECT o.ctid AS row_ctid, o.*, pg_catalog.min(o.scheduled_for) OVER () AS due_at"
         " FROM %s o WHERE o.shard_scope = $1 AND o.shard_identifier = $2"
         " AND o.category = ANY ($3)%s%s) s WHERE due_at <= pg_catalog.now() ORDER BY id LIMIT $4",
-        quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
-                                   get_rel_name(partition)),
-        shard->cell_name ? " AND o.cell_name = $5" : "",
+        pg::qualified_name(partition), shard->cell_name ? " AND o.cell_name = $5" : "",
         psprintf("%s%s", not_held(shard->silo), linked_elsewhere(shard->silo)));
     uint64 n = pg::spi_run("reading a shard", sql, shard->cell_name ? 5 : 4, types, args, nullptr,
                            true, 0, SPI_OK_SELECT);

@@ -6,6 +6,7 @@
 #include "delivery/delivery.hpp"
 
 #include "delivery/tombstones.hpp"
+#include "pg/run_as.hpp"
 #include "pg/spi.hpp"
 #include "stats/stats.hpp"
 #include "worker_state/worker_state.hpp"
@@ -43,13 +44,10 @@ void back_off_rows(Oid partition, const ItemPointerData *tids, int n) {
         return;
     Oid types[1] = {TIDARRAYOID};
     Datum args[1] = {pg::tid_array(tids, n)};
-    pg::spi_run_here(
-        "backing off a shard",
-        psprintf("UPDATE %s SET %s WHERE ctid = ANY ($1)",
-                 quote_qualified_identifier(get_namespace_name(get_rel_namespace(partition)),
-                                            get_rel_name(partition)),
-                 back_off_set),
-        1, types, args, false, SPI_OK_UPDATE);
+    pg::spi_run_here("backing off a shard",
+                     psprintf("UPDATE %s SET %s WHERE ctid = ANY ($1)",
+                              pg::qualified_name(partition), back_off_set),
+                     1, types, args, false, SPI_OK_UPDATE);
 }
 
 namespace {
@@ -63,11 +61,9 @@ void back_off_rest(const DrainSegment *segment, int64 after_id) {
                      CStringGetTextDatum(shard->cell_name ? shard->cell_name : "")};
     pg::spi_run_here(
         "backing off a shard",
-        psprintf(
-            "UPDATE %s SET %s WHERE shard_scope = $1 AND shard_identifier = $2 AND id > $3%s",
-            quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
-                                       get_rel_name(segment->partition)),
-            back_off_set, shard->cell_name ? " AND cell_name = $4" : ""),
+        psprintf("UPDATE %s SET %s WHERE shard_scope = $1 AND shard_identifier = $2 AND id > $3%s",
+                 pg::qualified_name(segment->partition), back_off_set,
+                 shard->cell_name ? " AND cell_name = $4" : ""),
         shard->cell_name ? 4 : 3, types, args, false, SPI_OK_UPDATE);
 }
 
@@ -116,17 +112,15 @@ void dead_letter_rows(const DrainSegment *segment, const char *which, Datum rows
                      Int32GetDatum(attempts), CStringGetTextDatum(error)};
     pg::spi_run_here(
         "moving a message to the dead letters",
-        psprintf(
-            "WITH moved AS (DELETE FROM %s o WHERE o.%s = ANY ($1) RETURNING o.*)"
-            " INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier,"
-            " cell_name, category, object_identifier, payload, outbox_id, date_added,"
-            " attempts, last_error)"
-            " SELECT $2, m.shard_scope, m.shard_identifier, %s, m.category,"
-            " m.object_identifier, m.payload, m.id, m.date_added, $3, $4"
-            " FROM moved m ORDER BY m.id",
-            quote_qualified_identifier(get_namespace_name(get_rel_namespace(segment->partition)),
-                                       get_rel_name(segment->partition)),
-            which, segment->shard.silo == Silo::Control ? "m.cell_name" : "NULL"),
+        psprintf("WITH moved AS (DELETE FROM %s o WHERE o.%s = ANY ($1) RETURNING o.*)"
+                 " INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier,"
+                 " cell_name, category, object_identifier, payload, outbox_id, date_added,"
+                 " attempts, last_error)"
+                 " SELECT $2, m.shard_scope, m.shard_identifier, %s, m.category,"
+                 " m.object_identifier, m.payload, m.id, m.date_added, $3, $4"
+                 " FROM moved m ORDER BY m.id",
+                 pg::qualified_name(segment->partition), which,
+                 segment->shard.silo == Silo::Control ? "m.cell_name" : "NULL"),
         4, types, args, false, SPI_OK_INSERT);
 }
 

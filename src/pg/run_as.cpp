@@ -213,6 +213,11 @@ char *qualified_name(Relation rel) {
                                       RelationGetRelationName(rel));
 }
 
+char *qualified_name(Oid relid) {
+    return quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)),
+                                      get_rel_name(relid));
+}
+
 void refuse_forced_row_security(Relation rel) {
     if (rel->rd_rel->relrowsecurity && rel->rd_rel->relforcerowsecurity)
         ereport(

@@ -72,6 +72,8 @@ extern int owner_lock_timeout_ms;
 
 // rel's name, schema-qualified and quoted, for the SQL that reads it.
 char *qualified_name(Relation rel);
+// The same of a relation by OID, which must exist (an outbox partition).
+char *qualified_name(Oid relid);
 
 // ERROR when an SQL read of rel as its owner would go through row-level
 // security (FORCE ROW LEVEL SECURITY): a policy would silently hide rows.
