@@ -8,18 +8,8 @@
 # and the longest wait checked against two walks.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/harness/cluster.sh"
-pids=()
-trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
-redis_start
-cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
-
-source "$root/test/harness/check.sh"
-q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
-PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
-dsn() { echo "host=$PGHOST port=$PGPORT dbname=postgres user=$1"; }
-logs=$(mktemp -d)
-chmod 777 "$logs"
+source "$root/test/harness/consumer_cluster.sh" "outbox.naptime = 100" "outbox.database_name = postgres"
+CONSUMER_CATEGORIES=project_update
 
 q >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
@@ -37,12 +27,8 @@ SELECT outbox.grant_category('project_update', 'consumer', 'CONSUME');
 INSERT INTO projects (id, org_id) SELECT g, 1 FROM generate_series(1, 10000) g;
 SQL
 
-for name in one two; do
-    env NAME="$name" OUTBOX_DSN="$(dsn consumer)" RECORD_DSN="$(dsn postgres)" \
-        CATEGORIES=project_update BATCH=1000 POLL=0.1 RECORD_OBJECTS=20000 \
-        "$PYTHON" "$root/test/harness/consumer_process.py" >"$logs/$name.out" 2>"$logs/$name.err" &
-    pids+=($!)
-done
+consumer one BATCH=1000 POLL=0.1 RECORD_OBJECTS=20000
+consumer two BATCH=1000 POLL=0.1 RECORD_OBJECTS=20000
 # Organisation 1 writes each of its projects again every 2 seconds.
 (while :; do
     q -c "UPDATE projects SET seq = seq + 1, written_at = clock_timestamp() WHERE org_id = 1" >/dev/null

@@ -8,15 +8,8 @@
 # get its shard back (it is not starved either).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/harness/cluster.sh"
-pids=()
-trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
-redis_start
-cluster_start "outbox.naptime = 200" "outbox.database_name = postgres" "outbox.max_lease = 3"
-
-source "$root/test/harness/check.sh"
-q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
-PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
+source "$root/test/harness/consumer_cluster.sh" "outbox.naptime = 200" "outbox.database_name = postgres" \
+    "outbox.max_lease = 3"
 
 q >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
@@ -41,7 +34,7 @@ SQL
 # keep, 2.5 s into its 3-second lease.  Prints how many of its calls came
 # back with messages.
 claimer() { # mode seconds
-    "$PYTHON" - "$1" "$2" "host=$PGHOST port=$PGPORT dbname=postgres user=holder" <<'PY'
+    "$PYTHON" - "$1" "$2" "$(dsn holder)" <<'PY'
 import sys, time, psycopg2
 mode, seconds, dsn = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 conn = psycopg2.connect(dsn)

@@ -16,26 +16,8 @@
 #   6. bad tokens and a role without CONSUME, over real connections.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-source "$root/test/harness/cluster.sh"
-pids=()
-trap 'kill -9 "${pids[@]}" 2>/dev/null; cluster_stop' EXIT
-redis_start
-cluster_start "outbox.naptime = 100" "outbox.database_name = postgres"
-
-source "$root/test/harness/check.sh"
-q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@" 2>&1; }
-PYTHON=/usr/bin/python3 # Debian's, with python3-psycopg2
-dsn() { echo "host=$PGHOST port=$PGPORT dbname=postgres user=$1"; }
-logs=$(mktemp -d)
-chmod 777 "$logs"
-consumer() { # name [VAR=value ...]: starts a consumer, its pid in $!
-    local name=$1
-    shift
-    env NAME="$name" OUTBOX_DSN="$(dsn consumer)" RECORD_DSN="$(dsn postgres)" \
-        CATEGORIES=org_update "$@" \
-        "$PYTHON" "$root/test/harness/consumer_process.py" >"$logs/$name.out" 2>"$logs/$name.err" &
-    pids+=($!)
-}
+source "$root/test/harness/consumer_cluster.sh" "outbox.naptime = 100" "outbox.database_name = postgres"
+CONSUMER_CATEGORIES=org_update
 
 q >/dev/null <<'SQL'
 CREATE EXTENSION pg_outbox;
