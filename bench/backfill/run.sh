@@ -9,16 +9,23 @@
 # at the default rate (10,000 rows a minute, one batch a second).
 #
 #   bash bench/backfill/run.sh          # ROWS=1000000 RUNS=3 OLTP_SECONDS=20
+#   SMOKE=1 bash bench/backfill/run.sh  # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/backfill/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 ROWS=${ROWS:-1000000}
 RUNS=${RUNS:-3}
 OLTP_SECONDS=${OLTP_SECONDS:-20}
 BATCH=${BATCH:-10000}
+SENTRY_ROWS=${SENTRY_ROWS:-100000}
+OLTP_SCALE=10
+if [[ -n ${SMOKE:-} ]]; then
+    ROWS=10000 RUNS=1 OLTP_SECONDS=1 BATCH=1000 SENTRY_ROWS=1000 OLTP_SCALE=1
+fi
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
+trap 'cluster_stop; rm -rf "$work"' EXIT
 chmod 777 "$work"
 
 install_extension "$root"
@@ -30,7 +37,7 @@ q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
 timed() {
     local start end
     start=$(date +%s%N)
-    q "$@" >/dev/null
+    q "$@" >/dev/null || bench_fail "psql failed: $*"
     end=$(date +%s%N)
     echo $(((end - start) / 1000000))
 }
@@ -81,7 +88,7 @@ for run in $(seq "$RUNS"); do
       -c "SELECT outbox.set_option('outbox_replication.t.replication_version', '$((run + 1))')" >/dev/null
     ms[pg_outbox]+="$(timed -c "CALL backfill_all($BATCH)") "
     written=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
-    [[ $written == "$ROWS" ]] || { echo "pg_outbox backfill wrote $written rows, not $ROWS" >&2; exit 1; }
+    [[ $written == "$ROWS" ]] || bench_fail "pg_outbox backfill wrote $written rows, not $ROWS"
     echo "run $run done"
 done
 for k in "${!ms[@]}"; do echo "$k: ${ms[$k]}"; done >&2
@@ -89,7 +96,6 @@ for k in "${!ms[@]}"; do echo "$k: ${ms[$k]}"; done >&2
 # (b) Sentry: one outbox row per client statement, 2 connections.  Sentry
 # reads each model instance and saves its outbox row; a transaction here does
 # the same for one id.
-SENTRY_ROWS=${SENTRY_ROWS:-100000}
 cat >"$work/sentry.sql" <<'SQL'
 \set id random(1, :rows)
 INSERT INTO sentry_outbox (shard_scope, shard_identifier, category, object_identifier) SELECT 0, organization_id, 0, id FROM t WHERE id = :id;
@@ -98,7 +104,10 @@ sentry_tps=()
 for run in $(seq "$RUNS"); do
     q -c "TRUNCATE sentry_outbox" -c "CHECKPOINT"
     out=$(PGOPTIONS="-c synchronous_commit=off" "$PG_BIN/pgbench" -n -c 2 -j 2 \
-        -t $((SENTRY_ROWS / 2)) -D rows="$ROWS" -f "$work/sentry.sql" 2>&1)
+        -t $((SENTRY_ROWS / 2)) -D rows="$ROWS" -f "$work/sentry.sql" 2>&1) ||
+        bench_fail "pgbench (Sentry's inserts) failed: $(tail -3 <<<"$out")"
+    written=$(q -c "SELECT count(*) FROM sentry_outbox")
+    [[ $written == "$SENTRY_ROWS" ]] || bench_fail "Sentry's inserts wrote $written rows, not $SENTRY_ROWS"
     sentry_tps+=("$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1)")
 done
 
@@ -106,8 +115,12 @@ done
 # handler for what it drains: a no-op.
 q -c "CREATE FUNCTION noop(msg outbox.message) RETURNS void LANGUAGE plpgsql AS \$\$ BEGIN END \$\$" \
   -c "SELECT outbox.register_handler('ORGANIZATION_MEMBER_UPDATE', 'noop(outbox.message)')" >/dev/null
-"$PG_BIN/pgbench" -i -q -s 10 >/dev/null 2>&1
-oltp() { "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$OLTP_SECONDS" 2>&1 | sed -n 's/^tps = \([0-9.]*\).*/\1/p' | head -1; }
+"$PG_BIN/pgbench" -i -q -s $OLTP_SCALE >"$work/init.log" 2>&1 || bench_fail "pgbench -i failed: $(tail -3 "$work/init.log")"
+oltp() {
+    local out
+    out=$("$PG_BIN/pgbench" -n -c 2 -j 2 -T "$OLTP_SECONDS" 2>&1) || bench_fail "pgbench (OLTP) failed: $(tail -3 <<<"$out")"
+    sed -n 's/^tps = \([0-9.]*\).*/\1/p' <<<"$out" | head -1
+}
 oltp_plain=() oltp_backfill=()
 for run in $(seq "$RUNS"); do
     oltp_plain+=("$(oltp)")
@@ -144,4 +157,4 @@ echo "| (a'') one INSERT ... SELECT into an outbox with only a primary key | $(r
 echo "| (b) Sentry: one INSERT per row from 2 clients, synchronous_commit off | ${t_sentry%.*} | $(awk -v a="$r_pgo" -v b="$t_sentry" 'BEGIN{printf "%.1fx", a/b}') faster |"
 echo
 echo "OLTP (pgbench tpcb-like, scale 10, 2 clients, ${OLTP_SECONDS} s, median of $RUNS): ${t_plain%.*} TPS alone, ${t_back%.*} TPS while the worker backfills at its default 10,000 rows/minute and drains what it writes: $(awk -v a="$t_back" -v b="$t_plain" 'BEGIN{printf "%+.1f%%", (a/b-1)*100}')."
-} | tee "$root/bench/backfill/results.md"
+} | tee "$(bench_results "$root/bench/backfill/results.md")"

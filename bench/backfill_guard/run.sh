@@ -8,15 +8,19 @@
 # every row delivered).
 #
 #   bash bench/backfill_guard/run.sh       # ROWS=1000000 BOUND=2000
+#   SMOKE=1 bash bench/backfill_guard/run.sh  # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/backfill_guard/results.md,
 # with the hot shard's depth over time (depth.tsv, sampled every 0.1 s plus
 # the query's time), the live changes' lags (lag.tsv) and their picture
-# (depth.png) beside it.
+# (depth.png) beside it (under SMOKE, into a scratch directory).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 ROWS=${ROWS:-1000000}
 BOUND=${BOUND:-2000}
+LIVE_S=2 # the live writer's seconds before the gate opens and after the backfill
+if [[ -n ${SMOKE:-} ]]; then ROWS=4000 BOUND=500 LIVE_S=0.5; fi
 work=$(mktemp -d)
 # kill fails when no writer runs: under set -e that would end the trap before cluster_stop.
 trap 'kill $writer 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
@@ -57,16 +61,18 @@ SELECT outbox.register_table('member', 'member_update', 'cell', shard_column => 
 SQL
 
 sample() { # guard opened: records the hot shard's depth; true once every backfilled row is delivered
-    local t depth finished
-    IFS="|" read -r t depth finished < <(q -c "
+    local row t depth finished
+    row=$(q -c "
         SELECT round(extract(epoch FROM clock_timestamp() - '$2')::numeric, 2),
                (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier = 7),
                (SELECT state FROM outbox.backfill_status WHERE table_key = 'member') = 'complete'
-               AND NOT EXISTS (SELECT FROM outbox.cell_outbox WHERE category = 0)")
+               AND NOT EXISTS (SELECT FROM outbox.cell_outbox WHERE category = 0)") ||
+        bench_fail "psql failed sampling the hot shard"
+    IFS="|" read -r t depth finished <<<"$row"
     printf '%s\t%s\t%s\n' "$1" "$t" "$depth" >>"$work/depth.tsv"
     [[ $finished == t ]]
 }
-run() { # guard
+run() { # guard: sets result (total ms, live changes, their lag p50, p99, max ms)
     # Each run starts from a clean outbox: a partition that the run before
     # left full of dead rows would be compacted during this one, and its
     # lock would stall the live writer's capture.
@@ -86,15 +92,21 @@ DO $$ BEGIN
 END $$;
 SQL
     writer=$!
-    sleep 2
+    sleep $LIVE_S
     local start=$(date +%s%N)
     local opened=$(q -c "SELECT clock_timestamp()")
     sample "$1" "$opened" || true # the shard as the gate opens
     q -c "SELECT outbox.set_option('outbox_replication.member.replication_version', '2')" >/dev/null
-    until sample "$1" "$opened"; do sleep 0.1; done
+    local deadline=$((SECONDS + 600)) # the guarded run of 1,000,000 rows took 50 s
+    until sample "$1" "$opened"; do
+        ((SECONDS < deadline)) || bench_fail "the backfill was not delivered after 600 s (bound $1)"
+        sleep 0.1
+    done
     local ms=$((($(date +%s%N) - start) / 1000000))
-    sleep 2
-    kill $writer 2>/dev/null; wait $writer 2>/dev/null || true
+    sleep $LIVE_S
+    # Killed here, the writer ends with 143; any other status, it failed.
+    kill $writer 2>/dev/null || true
+    wait $writer || (($? == 143)) || bench_fail "the live writer failed (bound $1)"
     writer=
     # Gate closed, cursor at the start of version 2: awaiting_option, so
     # nothing runs until the next run opens the gate.  A cursor at version 1
@@ -105,16 +117,21 @@ SQL
     q -F $'\t' -c "SELECT $1, round(extract(epoch FROM made - '$opened')::numeric, 3),
                            round(seconds::numeric * 1000, 1) FROM lag WHERE made >= '$opened' ORDER BY made" \
         >>"$work/lag.tsv"
-    q -c "SELECT $ms, count(*),
+    result=$(q -c "SELECT $ms, count(*),
                  round(percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
                  round(percentile_cont(0.99) WITHIN GROUP (ORDER BY seconds)::numeric * 1000),
-                 round(max(seconds)::numeric * 1000) FROM lag WHERE made >= '$opened'" | tr '|' ' '
+                 round(max(seconds)::numeric * 1000) FROM lag WHERE made >= '$opened'" | tr '|' ' ')
+    [[ $(cut -d' ' -f2 <<<"$result") -gt 0 ]] || bench_fail "no live change was delivered (bound $1)"
 }
 echo "# bound (0: no guard), seconds since the gate opened, rows in shard 7" >"$work/depth.tsv"
 echo "# bound (0: no guard), seconds from the gate's opening to the change, its lag in ms" >"$work/lag.tsv"
-read -r off_ms off_n off_p50 off_p99 off_max <<<"$(run 0)"
+# run in this shell, not in $(...): its bench_fail ends the script, and the
+# trap sees its writer.
+run 0
+read -r off_ms off_n off_p50 off_p99 off_max <<<"$result"
 echo "without the guard: $off_ms ms, live lag p50 $off_p50 p99 $off_p99 max $off_max ms ($off_n changes)" >&2
-read -r on_ms on_n on_p50 on_p99 on_max <<<"$(run "$BOUND")"
+run "$BOUND"
+read -r on_ms on_n on_p50 on_p99 on_max <<<"$result"
 echo "with the guard: $on_ms ms, live lag p50 $on_p50 p99 $on_p99 max $on_max ms ($on_n changes)" >&2
 
 report=$(cat <<MD
@@ -133,6 +150,7 @@ The hot shard's rows over time: depth.tsv; every live change's lag: lag.tsv; bot
 MD
 )
 echo "$report"
-echo "$report" >"$root/bench/backfill_guard/results.md"
-cp "$work/depth.tsv" "$work/lag.tsv" "$root/bench/backfill_guard/"
-/usr/bin/python3 "$root/bench/plot.py" backfill_guard "$root/bench/backfill_guard"
+out=$(bench_results_dir "$root/bench/backfill_guard")
+echo "$report" >"$out/results.md"
+cp "$work/depth.tsv" "$work/lag.tsv" "$out/"
+/usr/bin/python3 "$root/bench/plot.py" backfill_guard "$out"

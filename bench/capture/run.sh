@@ -4,6 +4,7 @@
 #
 #   bash bench/capture/run.sh            # ROWS=200000 RUNS=5 PGBENCH_SECONDS=10
 #   ROWS=20000 RUNS=2 PGBENCH_SECONDS=3 PGBENCH_ROUNDS=3 bash bench/capture/run.sh
+#   SMOKE=1 bash bench/capture/run.sh    # seconds: the plumbing, not the figures
 #
 # Part 1 (bulk): for every variant, one INSERT ... SELECT of ROWS rows, one
 # UPDATE of every row (a non-key column, so the shard does not change and
@@ -28,7 +29,8 @@
 #   pgq                  PgQ's C trigger pgq.logutriga('bench').
 #
 # Writes bench/capture/results.md (and results_raw.tsv, the raw timings, and
-# capture.png, their picture) and prints the same Markdown to stdout.
+# capture.png, their picture; under SMOKE, into a scratch directory) and
+# prints the same Markdown to stdout.
 set -euo pipefail
 
 ROWS=${ROWS:-200000}
@@ -37,9 +39,11 @@ PGBENCH_SECONDS=${PGBENCH_SECONDS:-10}
 PGBENCH_ROUNDS=${PGBENCH_ROUNDS:-3}
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-ROOT=$(cd "$HERE/../.." && pwd)
+root=$(cd "$HERE/../.." && pwd)
 # shellcheck source=../../test/harness/cluster.sh
-source "$ROOT/test/harness/cluster.sh"
+source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
+if [[ -n ${SMOKE:-} ]]; then ROWS=2000 RUNS=1 PGBENCH_SECONDS=1 PGBENCH_ROUNDS=1; fi
 
 WORK=$(mktemp -d /tmp/pg_outbox_bench.XXXXXX)
 trap 'cluster_stop; rm -rf "$WORK"' EXIT
@@ -58,8 +62,8 @@ q() { psql -X -q -v ON_ERROR_STOP=1 "$@"; }
 
 log "building and installing pg_outbox"
 # Others edit the tree while this runs: note what was built.
-TREE=$(git -C "$ROOT" describe --always --dirty 2>/dev/null || echo unknown)
-install_extension "$ROOT"
+TREE=$(git -C "$root" describe --always --dirty 2>/dev/null || echo unknown)
+install_extension "$root"
 
 # Sizes only: the runs must not hit a timed checkpoint or a WAL-size
 # checkpoint (we CHECKPOINT ourselves before each timed statement), and
@@ -314,15 +318,13 @@ bulk_run() {
         done
     } | q >"$out" 2>&1 || {
         cat "$out" >&2
-        log "FAILED: variant $v, round $round"
-        exit 1
+        bench_fail "variant $v failed in round $round"
     }
     # psql prints "Time: 123.456 ms" (plus "(00:01.235)" above one second).
     mapfile -t times < <(awk '/^Time:/ {print $2}' "$out")
     if [[ ${#times[@]} -ne 3 ]]; then
         cat "$out" >&2
-        log "FAILED: expected 3 timings for $v, got ${#times[@]}"
-        exit 1
+        bench_fail "expected 3 timings for $v, got ${#times[@]}"
     fi
     printf 'bulk\t%s\t%s\t%s\t%s\n' \
         "$round" "$v" insert "${times[0]}" \
@@ -361,8 +363,7 @@ SQL
     { setup_sql "$v"; echo "VACUUM ANALYZE bench.t_$v;"; echo "CHECKPOINT;"; } | q >/dev/null
     "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$PGBENCH_SECONDS" -f "$script" >"$out" 2>&1 || {
         cat "$out" >&2
-        log "FAILED: pgbench $v, round $round"
-        exit 1
+        bench_fail "pgbench $v failed in round $round"
     }
     tps=$(awk '/^tps = / {print $3; exit}' "$out")
     # Every committed insert must have written exactly one outbox row.
@@ -372,8 +373,7 @@ SQL
         read -r rows outbox_rows < <(q -Atc \
             "SELECT (SELECT count(*) FROM bench.t_$v), (SELECT count(*) FROM $ob)" | tr '|' ' ')
         if [[ $rows != "$outbox_rows" ]]; then
-            log "FAILED: pgbench $v: $rows rows inserted but $outbox_rows outbox rows"
-            exit 1
+            bench_fail "pgbench $v: $rows rows inserted but $outbox_rows outbox rows"
         fi
     fi
     printf 'pgbench\t%s\t%s\ttps\t%s\n' "$round" "$v" "$tps" >>"$RAW"
@@ -414,11 +414,12 @@ MEM=$(awk '/^MemTotal/ {printf "%.1f GiB", $2 / 1048576}' /proc/meminfo)
 HEADER="$(date -u) | nproc $(nproc) | memory $MEM | PostgreSQL $PG_VERSION | pg_outbox $EXT_VERSION (tree $TREE)"
 WALL=$((SECONDS - START_SECONDS))
 
-cp "$RAW" "$HERE/results_raw.tsv"
+OUT=$(bench_results_dir "$HERE")
+cp "$RAW" "$OUT/results_raw.tsv"
 python3 "$HERE/report.py" "$RAW" "$LAYOUT" \
     --header "$HEADER" --rows "$ROWS" --runs "$RUNS" \
     --pgbench-seconds "$PGBENCH_SECONDS" --pgbench-rounds "$PGBENCH_ROUNDS" \
-    --wall "$WALL" >"$HERE/results.md"
-cat "$HERE/results.md"
-/usr/bin/python3 "$ROOT/bench/plot.py" capture "$HERE"
-log "done in ${WALL}s; wrote $HERE/results.md"
+    --wall "$WALL" >"$OUT/results.md"
+cat "$OUT/results.md"
+/usr/bin/python3 "$root/bench/plot.py" capture "$OUT"
+log "done in ${WALL}s; wrote $OUT/results.md"

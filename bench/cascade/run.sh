@@ -7,13 +7,16 @@
 # tombstones are recorded at once, so that the cascade alone is timed.
 #
 #   bash bench/cascade/run.sh        # CHILDREN=1000000 PARENTS=1000 RUNS=3
+#   SMOKE=1 bash bench/cascade/run.sh  # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/cascade/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 CHILDREN=${CHILDREN:-1000000}
 PARENTS=${PARENTS:-1000}
 RUNS=${RUNS:-3}
+if [[ -n ${SMOKE:-} ]]; then CHILDREN=5000 PARENTS=50 RUNS=1; fi
 trap 'cluster_stop' EXIT
 
 install_extension "$root"
@@ -50,37 +53,46 @@ SQL
     # Steady state first: the row walk has caught up with the child table
     # (as it has in production, where it walks only new rows).
     q -c "SELECT outbox.wake_worker()" >/dev/null
+    deadline=$((SECONDS + 300))
     until [[ $(q -c "SELECT row_delta = 0 AND row_watermark IS NOT NULL FROM outbox.foreign_keys") == t ]]; do
+        ((SECONDS < deadline)) || bench_fail "the row walk has not caught up with member after 300 s"
         sleep 0.1
     done
     # The plain DELETE of the same rows, timed by the server.
-    plain+=($(q <<'SQL'
+    ms=$(q <<'SQL'
 SELECT pg_catalog.clock_timestamp() AS start \gset
 DELETE FROM member_plain WHERE user_id = ANY (ARRAY(SELECT generate_series(1, :PARENTS)::bigint));
 SELECT round(extract(epoch FROM pg_catalog.clock_timestamp() - :'start') * 1000);
 SQL
-))
+) || bench_fail "the plain DELETE failed"
+    plain+=("$ms")
     # The cascade: tombstones for every parent, then the worker's steps,
     # timed by the server from before the tombstones are recorded until the
     # tombstone watermark has passed the last tombstone (the tombstone walk
     # only runs once the row walk has caught up), polled every 10 ms with a
     # Redis GET: outbox.foreign_keys would read the child table, whose dead
-    # rows a poll would wade through.
-    cascade+=($(q <<'SQL'
+    # rows a poll would wade through.  At most 300 s.
+    ms=$(q <<'SQL'
 SELECT pg_catalog.clock_timestamp() AS start \gset
 SELECT outbox.record_tombstone('cell', 'auth_user', g) FROM generate_series(1, :PARENTS) g \g /dev/null
 SELECT outbox.wake_worker() \g /dev/null
-DO $$ BEGIN
+DO $$ DECLARE
+    deadline constant timestamptz := pg_catalog.clock_timestamp() + interval '300 s';
+BEGIN
     WHILE coalesce((SELECT w.low FROM outbox._watermark_peek('tombstone.member.user_id') w), 0)
           < (SELECT pg_catalog.max(t.id) FROM outbox.cell_tombstone t) LOOP
+        IF pg_catalog.clock_timestamp() > deadline THEN
+            RAISE EXCEPTION 'the tombstone watermark has not passed the last tombstone after 300 s';
+        END IF;
         PERFORM pg_catalog.pg_sleep(0.01);
     END LOOP;
 END $$;
 SELECT round(extract(epoch FROM pg_catalog.clock_timestamp() - :'start') * 1000);
 SQL
-))
+) || bench_fail "the cascade failed"
+    cascade+=("$ms")
     left=$(q -c "SELECT count(*) FROM member")
-    [[ $left == 0 ]] || { echo "the cascade left $left rows" >&2; exit 1; }
+    [[ $left == 0 ]] || bench_fail "the cascade left $left rows"
     echo "run $run: plain ${plain[-1]} ms, cascade ${cascade[-1]} ms" >&2
 done
 
@@ -105,4 +117,4 @@ Both times are taken by the server's clock.  The cascade's runs from before the 
 MD
 )
 echo "$report"
-echo "$report" >"$root/bench/cascade/results.md"
+echo "$report" >"$(bench_results "$root/bench/cascade/results.md")"

@@ -8,11 +8,14 @@
 # "local" (no server: drained in control) or half for "us", half for "eu".
 #
 #   bash bench/cells/run.sh        # RUNS=3 ROWS_PER_SHARD=100
+#   SMOKE=1 bash bench/cells/run.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cells.sh"
+source "$root/bench/smoke.sh"
 RUNS=${RUNS:-3}
 ROWS_PER_SHARD=${ROWS_PER_SHARD:-100}
+if [[ -n ${SMOKE:-} ]]; then RUNS=1 ROWS_PER_SHARD=2; fi
 trap cells_stop EXIT
 install_extension "$root"
 # The workers' default naptime (1 s): the fill wakes control's worker, and
@@ -41,12 +44,19 @@ fill() { # cell expression (r: row number)
 # its outbox has no control row left, polling inside one session (pg_sleep
 # 20 ms): a new psql and backend for each look, as this benchmark did
 # before, took a quarter of both cores while the links ran (perf, 2 cores).
+# At most 300 s.
 wait_delivered() {
-    on "$1" -c "DO \$\$ BEGIN
+    on "$1" -c "DO \$\$ DECLARE
+        deadline constant timestamptz := clock_timestamp() + interval '300 s';
+    BEGIN
         WHILE (SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH') < $2
               OR EXISTS (SELECT FROM outbox.control_outbox) LOOP
+            IF clock_timestamp() > deadline THEN
+                RAISE EXCEPTION 'waited 300 s';
+            END IF;
             PERFORM pg_sleep(0.02);
-        END LOOP; END \$\$" >/dev/null
+        END LOOP; END \$\$" >/dev/null ||
+        bench_fail "$1 has not delivered $2 BENCH messages, or has a control row left"
 }
 delivered() { on "$1" -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'"; }
 declare -A rate
@@ -59,13 +69,13 @@ for run in $(seq "$RUNS"); do
     start=$(date +%s%N); fill "CASE WHEN s % 2 = 0 THEN 'us' ELSE 'eu' END"
     wait_delivered us $((us_before + messages / 2)) & us_wait=$!
     wait_delivered eu $((eu_before + messages / 2))
-    wait $us_wait
+    wait $us_wait || exit 1 # it said why
     wait_delivered control 0
     rate[linked]+="$((messages * 1000 / $(ms_since "$start"))) "
     echo "run $run: local ${rate[local]}| linked ${rate[linked]}" >&2
 done
 applied=$(( $(on us -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'") + $(on eu -c "SELECT delivered FROM outbox.stats WHERE category_name = 'BENCH'") ))
-[[ $applied == $((RUNS * messages)) ]] || { echo "the cells delivered $applied, not $((RUNS * messages))" >&2; exit 1; }
+[[ $applied == $((RUNS * messages)) ]] || bench_fail "the cells delivered $applied, not $((RUNS * messages))"
 med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
 {
 echo "# pg_outbox separate clusters benchmark"
@@ -81,4 +91,4 @@ echo "| by control's worker to its own handler (cell \`local\`, no server) | $(m
 echo "| from control to cells us and eu (links), applied by the cells' workers | $(med linked) | $(awk -v a="$(med linked)" -v b="$(med local)" 'BEGIN{printf "%.2f", a/b}') |"
 echo
 echo "Runs: local ${rate[local]}; linked ${rate[linked]}."
-} | tee "$root/bench/cells/results.md"
+} | tee "$(bench_results "$root/bench/cells/results.md")"

@@ -13,14 +13,17 @@
 #                kind of no-op per event (a fresh queue each time, as the
 #                outbox is emptied for each).
 # Writes depth.md and its picture depth.png (bench/plot.py) beside this
-# script.
+# script (under SMOKE, into a scratch directory).
 #
 #   bash bench/drain/depth.sh          # SIZES="200000:1000 1000000:100000 5000000:500000"
+#   SMOKE=1 bash bench/drain/depth.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 SIZES=${SIZES:-"200000:1000 1000000:100000 5000000:500000"}
 HOT_ROWS=${HOT_ROWS:-1000000}
+if [[ -n ${SMOKE:-} ]]; then SIZES="1000:100 4000:400" HOT_ROWS=2000; fi
 trap cluster_stop EXIT
 install_extension "$root"
 redis_start
@@ -43,29 +46,33 @@ empty() { [[ $(q -c "SELECT NOT EXISTS (SELECT FROM outbox.cell_outbox)") == t ]
 by_sql() { # rows/s
     local start n
     start=$(date +%s%N)
-    n=$(q -c "CALL drain_all()")
+    n=$(q -c "CALL drain_all()") || bench_fail "outbox.drain() failed"
     local ms=$(ms_since "$start")
-    empty || { echo "outbox not empty after drain()" >&2; exit 1; }
-    [[ $n == "$1" ]] || { echo "drain() delivered $n of $1" >&2; exit 1; }
+    empty || bench_fail "outbox not empty after drain()"
+    [[ $n == "$1" ]] || bench_fail "drain() delivered $n of $1"
     echo $(($1 * 1000 / ms))
 }
 worker_delivered() { q -c "SELECT messages_delivered FROM outbox.worker_status"; }
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 rss_anon() { awk '/^RssAnon/ {print $2}' "/proc/$1/status"; } # kB
 by_worker() { # rows/s [peak RssAnon growth kB]
-    local target=$(($(worker_delivered) + $1)) start pid base peak=0 now
+    local target=$(($(worker_delivered) + $1)) start pid base peak=0 now deadline=$((SECONDS + 300))
     q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "SELECT pg_reload_conf()" >/dev/null
     start=$(date +%s%N)
-    until pid=$(worker_pid) && [[ -n $pid ]]; do sleep 0.05; done
+    until pid=$(worker_pid) && [[ -n $pid ]]; do
+        ((SECONDS < deadline)) || bench_fail "no worker after 300 s"
+        sleep 0.05
+    done
     base=$(rss_anon "$pid")
     while (($(worker_delivered) < target)); do
+        ((SECONDS < deadline)) || bench_fail "the worker delivered $(worker_delivered) messages, not $target, after 300 s"
         now=$(rss_anon "$pid" || echo 0)
         ((now - base > peak)) && peak=$((now - base))
         sleep 0.1
     done
     local ms=$(ms_since "$start")
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
-    empty || { echo "outbox not empty after the worker" >&2; exit 1; }
+    empty || bench_fail "outbox not empty after the worker"
     echo $(($1 * 1000 / ms)) "$peak" "$ms"
 }
 
@@ -76,28 +83,31 @@ by_pgq() { # events/s
     q -c "SELECT pgq.insert_event('bench', 'member', 'id=' || g) FROM generate_series(1, $1) g" >/dev/null
     q -c "SELECT pgq.force_tick('bench')" -c "SELECT pgq.ticker()" >/dev/null
     start=$(date +%s%N)
-    got=$(q -c "SELECT pgq_consume()")
+    got=$(q -c "SELECT pgq_consume()") || bench_fail "PgQ's consumer failed"
     ms=$(ms_since "$start")
-    [[ $got == "$1" ]] || { echo "PgQ's consumer took $got of $1 events" >&2; exit 1; }
+    [[ $got == "$1" ]] || bench_fail "PgQ's consumer took $got of $1 events"
     echo $(($1 * 1000 / ms))
 }
 
 # The worker starts with the server; let it settle, disabled.
 sleep 1
+# got=($(...)): a contender's failure (bench_fail in the substitution) ends
+# the script here too, which read < <(...) would not.
 declare -A sql worker pgq
 for size in $SIZES; do
     rows=${size%:*} shards=${size#*:}
     fill "$rows" "$shards"; sql[$size]=$(by_sql "$rows")
-    fill "$rows" "$shards"; read -r r _ _ < <(by_worker "$rows"); worker[$size]=$r
+    fill "$rows" "$shards"; got=($(by_worker "$rows")); worker[$size]=${got[0]}
     q -c "TRUNCATE outbox.cell_outbox" >/dev/null
     pgq[$size]=$(by_pgq "$rows")
     echo "$rows rows / $shards shards: drain() ${sql[$size]}/s, worker ${worker[$size]}/s, PgQ ${pgq[$size]}/s" >&2
 done
 fill "$HOT_ROWS" 1
-read -r hot_rate hot_peak hot_ms < <(by_worker "$HOT_ROWS")
+got=($(by_worker "$HOT_ROWS")); hot_rate=${got[0]} hot_peak=${got[1]} hot_ms=${got[2]}
 echo "hot shard: $hot_rate/s, ${hot_ms} ms, RssAnon +${hot_peak} kB" >&2
 
 first=${SIZES%% *}
+out=$(bench_results_dir "$root/bench/drain")
 {
 echo "# pg_outbox drain at depth"
 echo
@@ -116,5 +126,5 @@ for size in $SIZES; do
 done
 echo
 echo "Hot shard: $HOT_ROWS rows in one shard, drained by the worker in $((hot_ms / 1000)).$(((hot_ms % 1000) / 100)) s ($hot_rate rows/s); the worker's anonymous memory (RssAnon) grew by at most $((hot_peak / 1024)) MB."
-} | tee "$root/bench/drain/depth.md"
-/usr/bin/python3 "$root/bench/plot.py" drain "$root/bench/drain"
+} | tee "$out/depth.md"
+/usr/bin/python3 "$root/bench/plot.py" drain "$out"

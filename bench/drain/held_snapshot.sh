@@ -9,16 +9,21 @@
 #   bash bench/drain/held_snapshot.sh      # RATE=2000 BEFORE_S=60 HOLD_S=600 AFTER_S=180
 #   COMPACT_MIN_SIZE=0 bash bench/drain/held_snapshot.sh   # without compaction
 #   (the report goes to bench/drain/held_snapshot[-nocompact].md)
+#   SMOKE=1 bash bench/drain/held_snapshot.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 RATE=${RATE:-2000}
 BEFORE_S=${BEFORE_S:-60}
 HOLD_S=${HOLD_S:-600}
 AFTER_S=${AFTER_S:-180}
+SAMPLE_S=60 # a sample a minute
+if [[ -n ${SMOKE:-} ]]; then RATE=200 BEFORE_S=2 HOLD_S=2 AFTER_S=2 SAMPLE_S=2; fi
 work=$(mktemp -d)
 chmod 777 "$work"
-trap 'kill $(jobs -p) 2>/dev/null; cluster_stop; rm -rf "$work"' EXIT
+# kill fails when no job is left: under set -e that would end the trap before cluster_stop.
+trap 'kill $(jobs -p) 2>/dev/null || true; cluster_stop; rm -rf "$work"' EXIT
 install_extension "$root"
 redis_start
 cluster_start "shared_buffers = 512MB" "max_wal_size = 8GB" "autovacuum = on" \
@@ -53,9 +58,11 @@ echo 'INSERT INTO member (organization_id) VALUES (1 + (random() * 9999)::int);'
 total=$((BEFORE_S + HOLD_S + AFTER_S))
 "$PG_BIN/pgbench" -n -c 2 -j 2 -R "$RATE" -T "$total" -f "$work/insert.sql" >"$work/pgbench.log" 2>&1 &
 pgbench=$!
-# Samples the end of the worker's last cycle twenty times a second.
+# Samples the end of the worker's last cycle twenty times a second, while
+# this script runs (the trap kills it; kill -0 ends it should the script
+# die without its trap).
 (
-    while true; do
+    while kill -0 $$ 2>/dev/null; do
         q -c "INSERT INTO cycles SELECT last_cycle_end FROM outbox.worker_status
                WHERE last_cycle_end IS NOT NULL ON CONFLICT DO NOTHING" >/dev/null 2>&1 || true
         sleep 0.05
@@ -92,22 +99,22 @@ echo "|---|---:|---:|---:|---:|---:|---:|"
 } >"$work/report.md"
 
 minute=0
-for ((s = 60; s <= BEFORE_S; s += 60)); do
-    sleep 60; minute=$((minute + 1)); echo "| $(sample "$minute (before)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
+for ((s = SAMPLE_S; s <= BEFORE_S; s += SAMPLE_S)); do
+    sleep $SAMPLE_S; minute=$((minute + 1)); echo "| $(sample "$minute (before)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
 done
 psql -X -q -c "BEGIN ISOLATION LEVEL REPEATABLE READ" -c "SELECT count(*) FROM member" \
      -c "SELECT pg_sleep($HOLD_S)" -c "COMMIT" >/dev/null &
 holder=$!
-for ((s = 60; s <= HOLD_S; s += 60)); do
-    sleep 60; minute=$((minute + 1)); echo "| $(sample "$minute (held)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
+for ((s = SAMPLE_S; s <= HOLD_S; s += SAMPLE_S)); do
+    sleep $SAMPLE_S; minute=$((minute + 1)); echo "| $(sample "$minute (held)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
 done
-wait "$holder" || true
-for ((s = 60; s <= AFTER_S; s += 60)); do
-    sleep 60; minute=$((minute + 1)); echo "| $(sample "$minute (after)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
+wait "$holder" || bench_fail "the session holding the snapshot failed"
+for ((s = SAMPLE_S; s <= AFTER_S; s += SAMPLE_S)); do
+    sleep $SAMPLE_S; minute=$((minute + 1)); echo "| $(sample "$minute (after)") |" >>"$work/report.md"; tail -1 "$work/report.md" >&2
 done
 kill "$sampler" 2>/dev/null || true
-wait "$pgbench" || true
+wait "$pgbench" || bench_fail "pgbench failed: $(tail -3 "$work/pgbench.log")"
 tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
 echo >>"$work/report.md"
 echo "pgbench sustained ${tps%.*} tx/s." >>"$work/report.md"
-tee "$root/bench/drain/held_snapshot${COMPACT_MIN_SIZE:+-nocompact}.md" <"$work/report.md"
+tee "$(bench_results "$root/bench/drain/held_snapshot${COMPACT_MIN_SIZE:+-nocompact}.md")" <"$work/report.md"

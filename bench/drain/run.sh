@@ -8,10 +8,14 @@
 # event.  Commit-to-handler lag is bench/latency/run.sh's.
 #
 #   bash bench/drain/run.sh        # RUNS=3
+#   SMOKE=1 bash bench/drain/run.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 RUNS=${RUNS:-3}
+SHARDS=1000 PGQ_EVENTS=200000
+if [[ -n ${SMOKE:-} ]]; then RUNS=1 SHARDS=20 PGQ_EVENTS=4000; fi
 work=$(mktemp -d)
 chmod 777 "$work"
 trap 'cluster_stop; rm -rf "$work"' EXIT
@@ -34,15 +38,18 @@ fill() {
 drain_sql() { # messages/s draining with outbox.drain() until empty
     local start n
     start=$(date +%s%N)
-    n=$(q -c "CALL drain_all()")
-    [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]] || { echo "outbox not empty" >&2; exit 1; }
+    n=$(q -c "CALL drain_all()") || bench_fail "outbox.drain() failed"
+    [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]] || bench_fail "outbox.drain() left the outbox not empty"
     echo $((n * 1000 / $(ms_since "$start"))) $n
 }
 drain_worker() { # messages/s with the worker (one transaction per batch)
-    local start
+    local start deadline=$((SECONDS + 300))
     q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
     start=$(date +%s%N)
-    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do sleep 0.05; done
+    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do
+        ((SECONDS < deadline)) || bench_fail "the worker left $(q -c "SELECT count(*) FROM outbox.cell_outbox") rows undelivered after 300 s"
+        sleep 0.05
+    done
     local ms=$(ms_since "$start")
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
     sleep 0.3
@@ -55,20 +62,23 @@ pgq_fill() {
 pgq_drain() {
     local start got
     start=$(date +%s%N)
-    got=$(q -c "SELECT pgq_consume()")
+    got=$(q -c "SELECT pgq_consume()") || bench_fail "PgQ's consumer failed"
     echo $((got * 1000 / $(ms_since "$start"))) "$got"
 }
 
+# got=($(...)): a contender's failure (bench_fail in the substitution) ends
+# the script here too, which read < <(...) would not.
 declare -A rate
 for run in $(seq "$RUNS"); do
-    fill 1000 100 10; read -r r n < <(drain_sql); rate[a_sql]+="$r "; msgs_a=$n
-    fill 1000 100 10; rate[a_worker]+="$(drain_worker 10000) "
-    fill 1000 200 200; read -r r n < <(drain_sql); rate[b_sql]+="$r "; msgs_b=$n
-    fill 1000 200 200; rate[b_worker]+="$(drain_worker 200000) "
-    pgq_fill 200000; read -r r n < <(pgq_drain); rate[pgq]+="$r "; pgq_n=$n
+    fill $SHARDS 100 10; got=($(drain_sql)); rate[a_sql]+="${got[0]} "; msgs_a=${got[1]}
+    fill $SHARDS 100 10; rate[a_worker]+="$(drain_worker $((SHARDS * 10))) "
+    fill $SHARDS 200 200; got=($(drain_sql)); rate[b_sql]+="${got[0]} "; msgs_b=${got[1]}
+    fill $SHARDS 200 200; rate[b_worker]+="$(drain_worker $((SHARDS * 200))) "
+    pgq_fill $PGQ_EVENTS; got=($(pgq_drain)); rate[pgq]+="${got[0]} "; pgq_n=${got[1]}
     echo "run $run: ${rate[a_sql]} | ${rate[b_sql]} | pgq ${rate[pgq]}" >&2
 done
-[[ $msgs_a == 10000 && $msgs_b == 200000 && $pgq_n == 200000 ]] || { echo "counts: $msgs_a $msgs_b $pgq_n" >&2; exit 1; }
+[[ $msgs_a == $((SHARDS * 10)) && $msgs_b == $((SHARDS * 200)) && $pgq_n == "$PGQ_EVENTS" ]] ||
+    bench_fail "messages delivered: $msgs_a, $msgs_b, PgQ $pgq_n; not $((SHARDS * 10)), $((SHARDS * 200)), $PGQ_EVENTS"
 
 med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
 pgq_rate=$(med pgq)
@@ -97,4 +107,4 @@ echo
 echo "Workload A coalesces 100,000 outbox rows into 10,000 messages: its rows/s is 10x its messages/s."
 echo
 echo "Commit-to-handler lag: bench/latency/results.md."
-} | tee "$root/bench/drain/results.md"
+} | tee "$(bench_results "$root/bench/drain/results.md")"

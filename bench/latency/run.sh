@@ -16,17 +16,27 @@
 #      as 0.9.0, once a naptime) and for one whose category has none.
 #
 # Writes results.md, lags.tsv (the lags' histogram) and lags.png beside
-# this script.
+# this script (under SMOKE, into a scratch directory).
 #
 #   bash bench/latency/run.sh    # LAG_SECONDS=20 IDLE_SECONDS=30 TPS_SECONDS=15 RUNS=3 UNDELIVERABLE=1000000
+#   SMOKE=1 bash bench/latency/run.sh  # seconds: the plumbing, not the figures
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 LAG_SECONDS=${LAG_SECONDS:-20}
 IDLE_SECONDS=${IDLE_SECONDS:-30}
 TPS_SECONDS=${TPS_SECONDS:-15}
 RUNS=${RUNS:-3}
 UNDELIVERABLE=${UNDELIVERABLE:-1000000}
+RELOAD_S=0.5 # for a reload to reach the worker
+SETTLE_S=3 # for the idle worker to finish what the last writes left
+# pgbench's runs: seconds, or under SMOKE 100 transactions a client (-T
+# takes whole seconds, and nine runs of one would be most of a smoke run).
+LAG_RUN=(-T "$LAG_SECONDS") TPS_RUN=(-T "$TPS_SECONDS")
+if [[ -n ${SMOKE:-} ]]; then
+    LAG_RUN=(-t 100) TPS_RUN=(-t 100) IDLE_SECONDS=1 RUNS=1 UNDELIVERABLE=2000 RELOAD_S=0.1 SETTLE_S=0.5
+fi
 work=$(mktemp -d)
 chmod 777 "$work"
 trap 'cluster_stop; rm -rf "$work"' EXIT
@@ -63,7 +73,7 @@ set_conf() { # name value ...: ALTER SYSTEM and reload
     local sql=()
     while (($#)); do sql+=(-c "ALTER SYSTEM SET $1 = '$2'"); shift 2; done
     q "${sql[@]}" -c "SELECT pg_reload_conf()" >/dev/null
-    sleep 0.5
+    sleep $RELOAD_S
 }
 outbox_rows() { q -c "SELECT count(*) FROM outbox.cell_outbox WHERE category = $1"; }
 wait_drained() {
@@ -71,8 +81,7 @@ wait_drained() {
         [[ $(outbox_rows 1) == 0 ]] && return 0
         sleep 0.1
     done
-    echo "the outbox did not drain" >&2
-    exit 1
+    bench_fail "the outbox did not drain"
 }
 worker_pid() { q -c "SELECT pid FROM pg_stat_activity WHERE backend_type = 'pg_outbox worker'"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -84,10 +93,14 @@ for rate in 1000 5000; do
     for wake in on off; do
         set_conf outbox.wake_on_commit "$wake"
         q -c "TRUNCATE lag" >/dev/null
-        "$PG_BIN/pgbench" -n -c 2 -j 2 -R "$rate" -T "$LAG_SECONDS" -f "$work/member.sql" \
-            >"$work/pgbench.log" 2>&1
+        "$PG_BIN/pgbench" -n -c 2 -j 2 -R "$rate" "${LAG_RUN[@]}" -f "$work/member.sql" \
+            >"$work/pgbench.log" 2>&1 || bench_fail "pgbench failed: $(tail -3 "$work/pgbench.log")"
         wait_drained
         tps=$(sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1)
+        # Each insert, one message, one lag.
+        written=$(sed -n 's/^number of transactions actually processed: \([0-9]*\).*/\1/p' "$work/pgbench.log")
+        [[ $(q -c "SELECT count(*) FROM lag") == "$written" ]] ||
+            bench_fail "$(q -c "SELECT count(*) FROM lag") lags recorded for $written inserts"
         lag[$rate,$wake]="${tps%.*} $(q -F ' ' -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)),
             round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)), round(max(ms)), count(*) FROM lag")"
         # For bench/plot.py's curves: 50 bins a decade (4.7% wide) keep the
@@ -103,12 +116,13 @@ set_conf outbox.wake_on_commit on
 idle_cpu() { # percent of a core over IDLE_SECONDS
     local pid t0 t1 hz
     pid=$(worker_pid)
+    [[ -n $pid ]] || bench_fail "no worker"
     hz=$(getconf CLK_TCK)
-    sleep 3 # what the last writes left to do
+    sleep $SETTLE_S # what the last writes left to do
     t0=$(cpu_ticks "$pid")
     sleep "$IDLE_SECONDS"
     t1=$(cpu_ticks "$pid")
-    [[ $(worker_pid) == "$pid" ]] || { echo "the worker restarted" >&2; exit 1; }
+    [[ $(worker_pid) == "$pid" ]] || bench_fail "the worker restarted"
     awk -v d=$((t1 - t0)) -v hz="$hz" -v s="$IDLE_SECONDS" 'BEGIN {printf "%.2f", 100 * d / hz / s}'
 }
 q -c "VACUUM outbox.cell_outbox" >/dev/null
@@ -133,7 +147,8 @@ tps_run() { # script worker_enabled wake_on_commit
     wait_drained
     q -c "VACUUM outbox.cell_outbox" >/dev/null
     set_conf outbox.worker_enabled "$2" outbox.wake_on_commit "$3"
-    "$PG_BIN/pgbench" -n -c 2 -j 2 -T "$TPS_SECONDS" -f "$work/$1.sql" >"$work/pgbench.log" 2>&1
+    "$PG_BIN/pgbench" -n -c 2 -j 2 "${TPS_RUN[@]}" -f "$work/$1.sql" >"$work/pgbench.log" 2>&1 ||
+        bench_fail "pgbench failed: $(tail -3 "$work/pgbench.log")"
     sed -n 's/^tps = \([0-9.]*\).*/\1/p' "$work/pgbench.log" | head -1 | cut -d. -f1
 }
 for run in $(seq "$RUNS"); do
@@ -149,6 +164,7 @@ wait_drained
 
 med() { echo ${tps[$1]} | tr ' ' '\n' | median; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.3f", a / b}'; }
+out=$(bench_results_dir "$root/bench/latency")
 {
 echo "# pg_outbox latency benchmark"
 echo
@@ -185,6 +201,6 @@ echo "| table's category | worker off | worker on | on / off | on, wake_on_commi
 echo "|---|---:|---:|---:|---:|---:|"
 echo "| with a no-op handler (the worker delivers every row meanwhile, on the same 2 cores) | $(med member,off) | $(med member,on) | $(ratio "$(med member,on)" "$(med member,off)") | $(med member,nap) | $(ratio "$(med member,nap)" "$(med member,off)") |"
 echo "| without handler or consumer | $(med audit,off) | $(med audit,on) | $(ratio "$(med audit,on)" "$(med audit,off)") | | |"
-} | tee "$root/bench/latency/results.md"
-cp "$work/lags.tsv" "$root/bench/latency/lags.tsv"
-/usr/bin/python3 "$root/bench/plot.py" latency "$root/bench/latency"
+} | tee "$out/results.md"
+cp "$work/lags.tsv" "$out/lags.tsv"
+/usr/bin/python3 "$root/bench/plot.py" latency "$out"

@@ -13,12 +13,15 @@
 # table of ROWS rows).
 #
 #   bash bench/monitoring/run.sh          # ROWS=1000000 RUNS=5
+#   SMOKE=1 bash bench/monitoring/run.sh  # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/monitoring/results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 ROWS=${ROWS:-1000000}
 RUNS=${RUNS:-5}
+if [[ -n ${SMOKE:-} ]]; then ROWS=5000 RUNS=1; fi
 trap 'cluster_stop' EXIT
 
 install_extension "$root"
@@ -29,8 +32,10 @@ q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
 # Median milliseconds of RUNS runs of a query in one session (psql's
 # \timing: server time plus sending the rows to psql), after one warm-up run.
 timed() {
-    { echo '\o /dev/null'; echo "$1;"; echo '\timing on'; for _ in $(seq "$RUNS"); do echo "$1;"; done; } |
-        q | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' |
+    local timings
+    timings=$({ echo '\o /dev/null'; echo "$1;"; echo '\timing on'; for _ in $(seq "$RUNS"); do echo "$1;"; done; } | q) ||
+        bench_fail "psql failed: $1"
+    sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p' <<<"$timings" |
         sort -n | awk '{a[NR]=$1} END {printf "%.0f", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'
 }
 
@@ -45,7 +50,7 @@ SELECT outbox.set_option('outbox_replication.t.replication_version', '1');
 SELECT outbox.process_backfill_batch('t', 1000);
 SQL
 
-out=$root/bench/monitoring/results.md
+out=$(bench_results "$root/bench/monitoring/results.md")
 {
     echo "# pg_outbox monitoring benchmark"
     echo

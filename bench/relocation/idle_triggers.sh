@@ -9,14 +9,15 @@
 # cell with no move allows that), side by side in one run.
 #
 #   bash bench/relocation/idle_triggers.sh          # ROUNDS=3 SECONDS_PER_ROUND=20
-#   SMOKE=1 bash bench/relocation/idle_triggers.sh  # 1 round of 2 s: the plumbing only
+#   SMOKE=1 bash bench/relocation/idle_triggers.sh  # 1 round of 1 s: the plumbing only
 # Prints transactions per second of each round and the ratio of the medians.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 ROUNDS=${ROUNDS:-3}
 SECONDS_PER_ROUND=${SECONDS_PER_ROUND:-20}
-if [[ -n ${SMOKE:-} ]]; then ROUNDS=1 SECONDS_PER_ROUND=2; fi
+if [[ -n ${SMOKE:-} ]]; then ROUNDS=1 SECONDS_PER_ROUND=1; fi
 trap 'cluster_stop' EXIT
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -34,10 +35,7 @@ INSERT INTO project (id, organization_id, slug) VALUES (1, 1, 'p1');
 SQL
 triggers() { psql -X -tA -c "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pg\_outbox\_move\_%'"; }
 installed=$(triggers)
-if [[ $installed == 0 ]]; then
-    echo "idle_triggers: set_relocation_scope installed no move trigger" >&2
-    exit 1
-fi
+[[ $installed != 0 ]] || bench_fail "set_relocation_scope installed no move trigger"
 cat >"$CLUSTER_DIR/write.sql" <<'SQL'
 BEGIN;
 INSERT INTO event (project_id, message) VALUES (1, 'x');
@@ -45,26 +43,22 @@ UPDATE project SET slug = slug WHERE id = 1;
 COMMIT;
 SQL
 round() {
-    "$PG_BIN/pgbench" -n -c 1 -T "$SECONDS_PER_ROUND" -f "$CLUSTER_DIR/write.sql" 2>&1 |
-        sed -n 's/^tps = \([0-9.]*\) .*/\1/p'
+    local out
+    out=$("$PG_BIN/pgbench" -n -c 1 -T "$SECONDS_PER_ROUND" -f "$CLUSTER_DIR/write.sql" 2>&1) ||
+        bench_fail "pgbench failed: $(tail -3 <<<"$out")"
+    sed -n 's/^tps = \([0-9.]*\) .*/\1/p' <<<"$out"
 }
 : >"$CLUSTER_DIR/with" && : >"$CLUSTER_DIR/without"
 for r in $(seq "$ROUNDS"); do
     psql -X -q -v ON_ERROR_STOP=1 -c "SELECT outbox._move_install_triggers()" >/dev/null
-    [[ $(triggers) == "$installed" ]] || { echo "idle_triggers: the move triggers are not back" >&2; exit 1; }
+    [[ $(triggers) == "$installed" ]] || bench_fail "the move triggers are not back"
     with=$(round)
     psql -X -q -tA -c "SELECT format('DROP TRIGGER %I ON %s;', tgname, tgrelid::regclass)
                          FROM pg_trigger WHERE tgname LIKE 'pg\_outbox\_move\_%'" |
         psql -X -q -v ON_ERROR_STOP=1 >/dev/null
-    if [[ $(triggers) != 0 ]]; then
-        echo "idle_triggers: the move triggers could not be dropped" >&2
-        exit 1
-    fi
+    [[ $(triggers) == 0 ]] || bench_fail "the move triggers could not be dropped"
     without=$(round)
-    if [[ -z $with || -z $without ]]; then
-        echo "idle_triggers: pgbench gave no figure in round $r" >&2
-        exit 1
-    fi
+    [[ -n $with && -n $without ]] || bench_fail "pgbench gave no figure in round $r"
     echo "round $r: $with tps with the idle move triggers ($installed), $without without"
     echo "$with" >>"$CLUSTER_DIR/with"
     echo "$without" >>"$CLUSTER_DIR/without"

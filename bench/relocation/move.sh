@@ -12,15 +12,25 @@
 # cold way then takes organization 2.
 #
 #   bash bench/relocation/move.sh        # RUNS=1 RATE=200
+#   SMOKE=1 bash bench/relocation/move.sh  # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/relocation/move-results.md.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 MOVE_ROOT=$root
 source "$root/test/harness/move_cells.sh"
+source "$root/bench/smoke.sh"
 RUNS=${RUNS:-1}
 RATE=${RATE:-200}
+SCALE=1 # organization_data.sql's sizes
+BEFORE_S=3 AFTER_S=2 # the writers' seconds before the online move and after it
+# organization_data.sql multiplies its sizes by the psql variable scale as
+# written (N * :scale): 1/100 keeps each a whole number, about 1,000 rows an
+# organization.
+if [[ -n ${SMOKE:-} ]]; then RUNS=1 SCALE=1/100 BEFORE_S=1 AFTER_S=1; fi
 writers=
-trap 'kill $writers 2>/dev/null || true; move_cells_stop' EXIT
+# writer= too: move_cells_stop's kill of a writer already gone would end
+# the trap (set -e) before it stops the clusters.
+trap 'kill $writers 2>/dev/null || true; writer=; move_cells_stop' EXIT
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
@@ -28,7 +38,7 @@ install_extension "$root"
 
 for run in $(seq "$RUNS"); do
     move_cells_schema "shared_buffers = 512MB" "max_wal_size = 4GB" || exit 1
-    on us -f "$root/test/harness/organization_data.sql" >/dev/null
+    on us -v scale="$SCALE" -f "$root/test/harness/organization_data.sql" >/dev/null
     on eu -c "SELECT setval(pg_get_serial_sequence(t, 'id'), 5000000)
                 FROM unnest('{organization,team,project,environment,event,member,dashboard,widget,alert_rule}'::text[]) t" >/dev/null
     on control -c "SELECT outbox.set_organization_cell(1, 'us'), outbox.set_organization_cell(2, 'us')" >/dev/null
@@ -43,25 +53,31 @@ for run in $(seq "$RUNS"); do
     writer_1=$writer
     LATENCY=$work/latency start_writer "2:$(on us -c "SELECT min(id) FROM project WHERE organization_id = 2")" "$RATE"
     writers="$writer_1 $writer"
-    sleep 3
+    sleep $BEFORE_S
     start=$(now_ms)
-    relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')")
+    relocation=$(on control -c "SELECT outbox.relocate_organization(1, 'eu')") || bench_fail "relocate_organization failed"
     max_lag=0
     : >"$work/steps"
+    deadline=$((SECONDS + 600)) # the move took 72 s at full size
     while true; do
-        IFS='|' read -r state step lag < <(on control -c "SELECT state, step, coalesce(lag, 0) FROM outbox.relocations WHERE relocation = '$relocation'")
+        row=$(on control -c "SELECT state, step, coalesce(lag, 0) FROM outbox.relocations WHERE relocation = '$relocation'") ||
+            bench_fail "psql failed polling the move"
+        IFS='|' read -r state step lag <<<"$row"
         echo "$(now_ms) $step" >>"$work/steps"
         [[ $state == complete ]] && break
+        ((SECONDS < deadline)) || bench_fail "the move is not complete after 600 s: $state at $step"
         [[ $step == catch_up ]] && ((lag > max_lag)) && max_lag=$lag
         sleep 0.1
     done
     online_ms=$(($(now_ms) - start))
     # How long each step took, as the polls saw it.
     steps=$(awk -v t0="$start" '{if ($2 != last) {if (last != "") printf "%s %d ms, ", last, $1 - from; last = $2; from = $1}}' "$work/steps")
-    sleep 2
+    sleep $AFTER_S
     touch "$work/stop"
-    wait $writers
-    writer=
+    for w in $writers; do
+        wait $w || bench_fail "a writer failed: $(tail -3 "$work/writer.err")"
+    done
+    writers= writer=
     longest() { awk -v org="$1" '$1 == org && $2 > m { m = $2 } END { printf "%d", m * 1000 }' "$work/latency"; }
     wait_1=$(longest 1)
     wait_2=$(longest 2)
@@ -76,18 +92,20 @@ for run in $(seq "$RUNS"); do
     missing=$(comm -23 <(comm -23 <(awk -F'\t' '$1 == 1 && $2 == "insert" {print $3}' "$work/writes" | sort) \
                                   <(awk -F'\t' '$1 == 1 && $2 == "delete" {print $3}' "$work/writes" | sort)) \
                        <(on eu -c "SELECT id FROM event WHERE message LIKE 'w1-%'" | sort) | wc -l)
+    ((missing == 0)) || bench_fail "$missing acknowledged writes of organization 1 missing in eu"
 
     # Cold: organization 2, its writes stopped, exported, loaded and
     # imported in eu (new keys: part 2's import), then switched.
     cold_relocation=$(on control -c "SELECT gen_random_uuid()")
     start=$(now_ms)
-    on us -c "COPY (SELECT '$cold_relocation', e.* FROM outbox.export_organizations('{2}') e ORDER BY e.ordinal) TO STDOUT" >"$work/export.tsv"
+    on us -c "COPY (SELECT '$cold_relocation', e.* FROM outbox.export_organizations('{2}') e ORDER BY e.ordinal) TO STDOUT" >"$work/export.tsv" ||
+        bench_fail "the cold export failed"
     export_ms=$(($(now_ms) - start))
-    on eu -c "COPY outbox.relocation_rows FROM STDIN" <"$work/export.tsv"
+    on eu -c "COPY outbox.relocation_rows FROM STDIN" <"$work/export.tsv" || bench_fail "the cold load failed"
     load_ms=$(($(now_ms) - start - export_ms))
-    on eu -c "CALL outbox.import_organizations('$cold_relocation')"
+    on eu -c "CALL outbox.import_organizations('$cold_relocation')" || bench_fail "the cold import failed"
     import_ms=$(($(now_ms) - start - export_ms - load_ms))
-    on control -c "SELECT outbox.set_organization_cell(2, 'eu')" >/dev/null
+    on control -c "SELECT outbox.set_organization_cell(2, 'eu')" >/dev/null || bench_fail "the cold switch failed"
     cold_ms=$(($(now_ms) - start))
 
     echo "$steps" >"$work/steps_$run"
@@ -132,4 +150,4 @@ Steps of the online move (last run, as control's relocations view showed them ev
 
 The online move keeps the keys and removes the organization from us afterwards (its delete step is in the total); the cold way's import takes new keys, as part 2's import does, and leaves the organization's rows in us for the operator to delete (not in its time)."
 echo "$table"
-echo "$table" >"$root/bench/relocation/move-results.md"
+echo "$table" >"$(bench_results "$root/bench/relocation/move-results.md")"

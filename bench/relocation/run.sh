@@ -15,13 +15,18 @@
 #
 #   bash bench/relocation/run.sh        # RUNS=3
 #   SCALE=10 bash bench/relocation/run.sh   # about 1,000,000 rows
+#   SMOKE=1 bash bench/relocation/run.sh    # seconds: the plumbing, not the figures
 # Prints a Markdown table and writes it to bench/relocation/results.md
 # (results-scale<SCALE>.md for another SCALE).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
+source "$root/bench/smoke.sh"
 RUNS=${RUNS:-3}
 SCALE=${SCALE:-1}
+# organization_data.sql multiplies its sizes by the psql variable scale as
+# written (N * :scale): 1/100 keeps each a whole number, about 2,000 rows.
+if [[ -n ${SMOKE:-} ]]; then RUNS=1 SCALE=1/100; fi
 work=$(mktemp -d)
 source_dir= source_port=
 stop_both() {
@@ -116,9 +121,10 @@ for run in $(seq "$RUNS"); do
 
     t0=$(now_ms)
     PGHOST=$source_dir PGPORT=$source_port pg_dump --data-only --disable-triggers -N outbox \
-        -d only_org >"$work/dump.sql" 2>/dev/null
+        -d only_org >"$work/dump.sql" 2>"$work/pg_dump.err" ||
+        bench_fail "pg_dump failed: $(tail -3 "$work/pg_dump.err")"
     t1=$(now_ms)
-    q -d restored -f "$work/dump.sql" >/dev/null
+    q -d restored -f "$work/dump.sql" >/dev/null || bench_fail "the restore failed"
     t2=$(now_ms)
     dump+=($((t1 - t0))) restore+=($((t2 - t1)))
     restored=$(q -d restored -c "SELECT count(*) FROM event")
@@ -127,30 +133,29 @@ for run in $(seq "$RUNS"); do
     sed -e 's/public\./staging./g' -e '/pg_catalog\.setval/d' "$work/dump.sql" | q -d floor >/dev/null
     q -d floor -c "ANALYZE"
     t0=$(now_ms)
-    q -d floor -f "$root/bench/relocation/set_based_import.sql" >/dev/null
+    q -d floor -f "$root/bench/relocation/set_based_import.sql" >/dev/null || bench_fail "the floor's import failed"
     t1=$(now_ms)
     floor+=($((t1 - t0)))
-    [[ $(q -d floor -c "SELECT count(*) FROM event") == "$restored" ]] || {
-        echo "the floor's import and restored differ" >&2; exit 1; }
+    [[ $(q -d floor -c "SELECT count(*) FROM event") == "$restored" ]] || bench_fail "the floor's import and restored differ"
 
     for db in imported imported10k; do
         relocation=$(q -c "SELECT gen_random_uuid()")
         t0=$(now_ms)
         src -d app -c "COPY (SELECT '$relocation', e.* FROM outbox.export_organizations('{1}') e) TO STDOUT" \
-            >"$work/org.tsv"
+            >"$work/org.tsv" || bench_fail "the export failed"
         t1=$(now_ms)
-        q -d $db -c "\\copy outbox.relocation_rows FROM '$work/org.tsv'"
+        q -d $db -c "\\copy outbox.relocation_rows FROM '$work/org.tsv'" || bench_fail "the load into $db failed"
         t2=$(now_ms)
         chunk=1000
         [[ $db == imported10k ]] && chunk=10000
         q -d $db -c "SET outbox.relocation_chunk_rows = $chunk" \
-            -c "CALL outbox.import_organizations('$relocation')"
+            -c "CALL outbox.import_organizations('$relocation')" || bench_fail "the import into $db failed"
         t3=$(now_ms)
-        findings=$(q -d $db -c "SELECT count(*) FROM outbox.compare_relocation('$relocation')")
+        findings=$(q -d $db -c "SELECT count(*) FROM outbox.compare_relocation('$relocation')") ||
+            bench_fail "the compare in $db failed"
         t4=$(now_ms)
-        [[ $findings == 0 ]] || { echo "the compare found $findings differences" >&2; exit 1; }
-        [[ $(q -d $db -c "SELECT count(*) FROM event") == "$restored" ]] || {
-            echo "$db and restored differ" >&2; exit 1; }
+        [[ $findings == 0 ]] || bench_fail "the compare found $findings differences"
+        [[ $(q -d $db -c "SELECT count(*) FROM event") == "$restored" ]] || bench_fail "$db and restored differ"
         if [[ $db == imported ]]; then
             export+=($((t1 - t0))) load+=($((t2 - t1))) import+=($((t3 - t2))) compare+=($((t4 - t3)))
         else
@@ -201,4 +206,4 @@ MD
 echo "$report"
 results=$root/bench/relocation/results.md
 [[ $SCALE == 1 ]] || results=$root/bench/relocation/results-scale$SCALE.md
-echo "$report" >"$results"
+echo "$report" >"$(bench_results "$results")"
