@@ -33,6 +33,12 @@ CREATE TABLE outbox.consumer_claims (
     released         boolean       NOT NULL DEFAULT false,
     UNIQUE (silo, shard_scope, shard_identifier, cell_name)
 );
+-- Out of line uncompressed: ids and ctids hardly compress, and pglz on
+-- every claim's arrays cost it more than the toast rows do.
+ALTER TABLE outbox.consumer_claims ALTER rows_ctid SET STORAGE EXTERNAL,
+    ALTER rows_id SET STORAGE EXTERNAL, ALTER message_ends SET STORAGE EXTERNAL,
+    ALTER message_category SET STORAGE EXTERNAL, ALTER message_object SET STORAGE EXTERNAL,
+    ALTER message_added SET STORAGE EXTERNAL;
 
 -- What outbox.claim() returns: one coalesced message of a claimed shard.
 CREATE TYPE outbox.claimed_message AS (

@@ -10,57 +10,141 @@
 extern "C" {
 #include "common/int.h"
 #include "datatype/timestamp.h"
+#include "catalog/namespace.h"
+#include "catalog/pg_type.h"
+#include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/lsyscache.h"
+#include "utils/syscache.h"
 #include "utils/timestamp.h"
+#include "utils/typcache.h"
 }
 
 namespace pgoutbox {
 
 namespace {
 
-// A leased batch by segment: each segment's token, where its first row and
-// first message are in the batch's flat arrays (1-based; message_first 0:
-// it has no message), and each message's row end within its shard's rows.
+// A leased batch by segment: each segment's token and where its first row
+// and first message are in the batch's flat arrays (1-based; message_first
+// 0: it has no message).
 struct SegmentLeases {
     int64 *tokens;
     int32 *row_first;
     int32 *message_first;
     int nleased; // segments with a message
     int nrows;
-    int32 *ends;
-    int32 *categories;
-    int64 *objects;
-    Datum *added;
 };
 
 SegmentLeases segment_leases(const DrainBatch *batch, const LeasedBatch *leased) {
-    int nsegments = batch->nsegments, n = leased->nmessages;
+    int nsegments = batch->nsegments;
     SegmentLeases s = {(int64 *)palloc0(sizeof(int64) * nsegments),
                        (int32 *)palloc(sizeof(int32) * nsegments),
-                       (int32 *)palloc0(sizeof(int32) * nsegments),
-                       0,
-                       0,
-                       (int32 *)palloc(sizeof(int32) * n),
-                       (int32 *)palloc(sizeof(int32) * n),
-                       (int64 *)palloc(sizeof(int64) * n),
-                       (Datum *)palloc(sizeof(Datum) * n)};
-    for (int m = 0; m < n; m++) {
-        const LeasedMessage *message = &leased->messages[m];
-        int seg = message->segment;
+                       (int32 *)palloc0(sizeof(int32) * nsegments), 0, 0};
+    for (int m = 0; m < leased->nmessages; m++) {
+        int seg = leased->messages[m].segment;
         if (s.message_first[seg] == 0) {
             s.message_first[seg] = m + 1;
             s.row_first[seg] = s.nrows + 1;
             s.tokens[seg] = pg::random_token();
             s.nleased++;
         }
-        s.ends[m] = message->row_end - s.row_first[seg] + 1;
-        s.categories[m] = message->category;
-        s.objects[m] = message->object_identifier;
-        s.added[m] = TimestampTzGetDatum(message->oldest_added);
-        s.nrows = message->row_end;
+        s.nrows = leased->messages[m].row_end;
     }
     return s;
+}
+
+// A leased batch's rows and messages grouped by segment, each segment's
+// in message order from its offset; ends are within the segment's rows.
+struct GroupedLeases {
+    int32 *message_offset, *row_offset; // per segment, and one past the last
+    ItemPointerData *ctids;
+    int64 *ids;
+    int32 *ends;
+    int32 *categories;
+    int64 *objects;
+    Datum *added;
+};
+
+GroupedLeases group_leases(const DrainBatch *batch, const LeasedBatch *leased) {
+    int nsegments = batch->nsegments, n = leased->nmessages;
+    int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
+    GroupedLeases g = {(int32 *)palloc0(sizeof(int32) * (nsegments + 1)),
+                       (int32 *)palloc0(sizeof(int32) * (nsegments + 1)),
+                       (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(nrows, 1)),
+                       (int64 *)palloc(sizeof(int64) * Max(nrows, 1)),
+                       (int32 *)palloc(sizeof(int32) * Max(n, 1)),
+                       (int32 *)palloc(sizeof(int32) * Max(n, 1)),
+                       (int64 *)palloc(sizeof(int64) * Max(n, 1)),
+                       (Datum *)palloc(sizeof(Datum) * Max(n, 1))};
+    for (int m = 0, row = 0; m < n; row = leased->messages[m++].row_end) {
+        g.message_offset[leased->messages[m].segment + 1]++;
+        g.row_offset[leased->messages[m].segment + 1] += leased->messages[m].row_end - row;
+    }
+    for (int seg = 0; seg < nsegments; seg++) {
+        g.message_offset[seg + 1] += g.message_offset[seg];
+        g.row_offset[seg + 1] += g.row_offset[seg];
+    }
+    auto *next_message = (int32 *)palloc(sizeof(int32) * Max(nsegments, 1));
+    auto *next_row = (int32 *)palloc(sizeof(int32) * Max(nsegments, 1));
+    memcpy(next_message, g.message_offset, sizeof(int32) * nsegments);
+    memcpy(next_row, g.row_offset, sizeof(int32) * nsegments);
+    for (int m = 0, row = 0; m < n; row = leased->messages[m++].row_end) {
+        const LeasedMessage *message = &leased->messages[m];
+        int seg = message->segment;
+        for (int i = row; i < message->row_end; i++) {
+            g.ctids[next_row[seg]] = leased->ctids[i];
+            g.ids[next_row[seg]++] = leased->ids[i];
+        }
+        int k = next_message[seg]++;
+        g.ends[k] = next_row[seg] - g.row_offset[seg];
+        g.categories[k] = message->category;
+        g.objects[k] = message->object_identifier;
+        g.added[k] = TimestampTzGetDatum(message->oldest_added);
+    }
+    return g;
+}
+
+// One segment's lease as a row of outbox.consumer_claims (desc): its rows
+// and messages in message order, message k's rows ending at
+// message_ends[k].
+Datum lease_row(TupleDesc desc, const DrainBatch *batch, const GroupedLeases *g, int seg,
+                int64 token, Oid role, TimestampTz claimed_at, TimestampTz lease_until) {
+    int first = g->message_offset[seg], nmessages = g->message_offset[seg + 1] - first;
+    int first_row = g->row_offset[seg], nrows = g->row_offset[seg + 1] - first_row;
+    // The distinct categories, in order: a few.
+    auto *categories = (int32 *)palloc(sizeof(int32) * nmessages);
+    int ncategories = 0;
+    for (int k = first; k < first + nmessages; k++) {
+        int c = 0;
+        while (c < ncategories && categories[c] < g->categories[k])
+            c++;
+        if (c == ncategories || categories[c] != g->categories[k]) {
+            memmove(&categories[c + 1], &categories[c], sizeof(int32) * (ncategories - c));
+            categories[c] = g->categories[k];
+            ncategories++;
+        }
+    }
+    const ShardKey *shard = &batch->segments[seg].shard;
+    Datum values[16] = {Int64GetDatum(token),
+                        CStringGetTextDatum(silo_text(shard->silo)),
+                        Int32GetDatum(shard->shard_scope),
+                        Int64GetDatum(shard->shard_identifier),
+                        CStringGetTextDatum(shard->cell_name ? shard->cell_name : ""),
+                        ObjectIdGetDatum(role),
+                        TimestampTzGetDatum(claimed_at),
+                        TimestampTzGetDatum(lease_until),
+                        pg::int4_array(categories, ncategories),
+                        pg::tid_array(&g->ctids[first_row], nrows),
+                        pg::int8_array(&g->ids[first_row], nrows),
+                        pg::int4_array(&g->ends[first], nmessages),
+                        pg::int4_array(&g->categories[first], nmessages),
+                        pg::int8_array(&g->objects[first], nmessages),
+                        PointerGetDatum(construct_array(&g->added[first], nmessages, TIMESTAMPTZOID,
+                                                        8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+                        BoolGetDatum(false)};
+    bool nulls[16] = {false};
+    return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
 // Inserts the leases of the segments that have messages (one statement);
@@ -68,66 +152,36 @@ SegmentLeases segment_leases(const DrainBatch *batch, const LeasedBatch *leased)
 int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const SegmentLeases *s,
                      Oid role, TimestampTz claimed_at, TimestampTz lease_until,
                      const TimestampTz *turn_before, uint64 *nrecorded) {
-    int nleased = s->nleased;
-    // The segments that have messages, in arrays for unnest, numbered from
-    // 1 in order; each row and each message names its segment's number, and
-    // the statement groups them (slicing the flat arrays per shard would
-    // copy the whole array once per shard).
-    auto *silos = (Datum *)palloc(sizeof(Datum) * nleased);
-    auto *scopes = (int32 *)palloc(sizeof(int32) * nleased);
-    auto *identifiers = (int64 *)palloc(sizeof(int64) * nleased);
-    auto *cells = (Datum *)palloc(sizeof(Datum) * nleased);
-    auto *leased_tokens = (int64 *)palloc(sizeof(int64) * nleased);
-    auto *leased_turns = (Datum *)palloc(sizeof(Datum) * nleased);
-    auto *number = (int32 *)palloc0(sizeof(int32) * batch->nsegments);
+    // The leases are built here as rows of the table, each with its own
+    // arrays: grouping flat arrays by shard in the statement (unnest,
+    // array_agg ORDER BY) sorted every row and message of the claim, and
+    // was most of what a claim cost (bench/consumer, workload B).
+    Oid row_type =
+        GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("consumer_claims"),
+                        ObjectIdGetDatum(get_namespace_oid("outbox", false)));
+    TupleDesc desc = lookup_rowtype_tupdesc(row_type, -1);
+    if (desc->natts != 16)
+        elog(ERROR, "pg_outbox: outbox.consumer_claims has %d columns, not 16", desc->natts);
+    GroupedLeases grouped = group_leases(batch, leased);
+    auto *rows = (Datum *)palloc(sizeof(Datum) * s->nleased);
+    auto *turns = (Datum *)palloc(sizeof(Datum) * s->nleased);
     int k = 0;
     for (int seg = 0; seg < batch->nsegments; seg++) {
         if (s->message_first[seg] == 0)
             continue;
-        const ShardKey *shard = &batch->segments[seg].shard;
-        silos[k] = CStringGetTextDatum(silo_text(shard->silo));
-        scopes[k] = shard->shard_scope;
-        identifiers[k] = shard->shard_identifier;
-        cells[k] = CStringGetTextDatum(shard->cell_name ? shard->cell_name : "");
-        leased_tokens[k] = s->tokens[seg];
-        leased_turns[k] = TimestampTzGetDatum(turn_before[seg]);
-        number[seg] = ++k;
+        rows[k] =
+            lease_row(desc, batch, &grouped, seg, s->tokens[seg], role, claimed_at, lease_until);
+        turns[k++] = TimestampTzGetDatum(turn_before[seg]);
     }
-    auto *row_shard = (int32 *)palloc(sizeof(int32) * Max(s->nrows, 1));
-    auto *message_shard = (int32 *)palloc(sizeof(int32) * leased->nmessages);
-    for (int m = 0, r = 0; m < leased->nmessages; m++) {
-        message_shard[m] = number[leased->messages[m].segment];
-        for (; r < leased->messages[m].row_end; r++)
-            row_shard[r] = message_shard[m];
-    }
-    Oid types[17] = {INT8ARRAYOID,       TEXTARRAYOID,   INT4ARRAYOID, INT8ARRAYOID,
-                     TEXTARRAYOID,       INT4ARRAYOID,   INT4ARRAYOID, OIDOID,
-                     TIMESTAMPTZOID,     TIMESTAMPTZOID, TIDARRAYOID,  INT8ARRAYOID,
-                     INT4ARRAYOID,       INT4ARRAYOID,   INT8ARRAYOID, TIMESTAMPTZARRAYOID,
-                     TIMESTAMPTZARRAYOID};
-    Datum args[17] = {
-        pg::int8_array(leased_tokens, nleased),
-        PointerGetDatum(construct_array(silos, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
-        pg::int4_array(scopes, nleased),
-        pg::int8_array(identifiers, nleased),
-        PointerGetDatum(construct_array(cells, nleased, TEXTOID, -1, false, TYPALIGN_INT)),
-        pg::int4_array(row_shard, s->nrows),
-        pg::int4_array(message_shard, leased->nmessages),
-        ObjectIdGetDatum(role),
-        TimestampTzGetDatum(claimed_at),
-        TimestampTzGetDatum(lease_until),
-        pg::tid_array(leased->ctids, s->nrows),
-        pg::int8_array(leased->ids, s->nrows),
-        pg::int4_array(s->ends, leased->nmessages),
-        pg::int4_array(s->categories, leased->nmessages),
-        pg::int8_array(s->objects, leased->nmessages),
-        PointerGetDatum(construct_array(s->added, leased->nmessages, TIMESTAMPTZOID, 8,
-                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
-        PointerGetDatum(construct_array(leased_turns, nleased, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL,
-                                        TYPALIGN_DOUBLE))};
+    ReleaseTupleDesc(desc);
+    Oid types[2] = {get_array_type(row_type), TIMESTAMPTZARRAYOID};
+    Datum args[2] = {
+        PointerGetDatum(construct_array(rows, k, row_type, -1, false, TYPALIGN_DOUBLE)),
+        PointerGetDatum(
+            construct_array(turns, k, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE))};
     // A shard whose claim ended (its lease passed, or it was released) is
     // claimed again by replacing its row: by another role at once, by the
-    // same role once the others had their turn (turn_before, $17; under the
+    // same role once the others had their turn (turn_before, $2; under the
     // shard's lock, taken by lease_batch, that row cannot change
     // meanwhile).  The OR keeps the check a probe of the key, made only for
     // the shards that may have a turn, not an anti-join over the table.
@@ -135,28 +189,16 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
         "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
         " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
         " message_ends, message_category, message_object, message_added)"
-        " SELECT s.claim, s.silo, s.scope, s.identifier, s.cell, $8, $9, $10, m.categories,"
-        " r.ctids, r.ids, m.ends, m.message_categories, m.objects, m.added"
-        " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2), pg_catalog.unnest($3),"
-        " pg_catalog.unnest($4), pg_catalog.unnest($5), pg_catalog.unnest($17)) WITH ORDINALITY"
-        " AS s (claim, silo, scope, identifier, cell, turn_before, k)"
-        " JOIN (SELECT r.k, pg_catalog.array_agg(r.ctid ORDER BY r.n) AS ctids,"
-        " pg_catalog.array_agg(r.id ORDER BY r.n) AS ids"
-        " FROM ROWS FROM (pg_catalog.unnest($6), pg_catalog.unnest($11),"
-        " pg_catalog.unnest($12)) WITH ORDINALITY AS r (k, ctid, id, n) GROUP BY r.k) r"
-        " ON r.k = s.k"
-        " JOIN (SELECT m.k, pg_catalog.array_agg(m.e ORDER BY m.n) AS ends,"
-        " pg_catalog.array_agg(m.c ORDER BY m.n) AS message_categories,"
-        " pg_catalog.array_agg(m.o ORDER BY m.n) AS objects,"
-        " pg_catalog.array_agg(m.a ORDER BY m.n) AS added,"
-        " pg_catalog.array_agg(DISTINCT m.c) AS categories"
-        " FROM ROWS FROM (pg_catalog.unnest($7), pg_catalog.unnest($13), pg_catalog.unnest($14),"
-        " pg_catalog.unnest($15), pg_catalog.unnest($16)) WITH ORDINALITY"
-        " AS m (k, e, c, o, a, n) GROUP BY m.k) m ON m.k = s.k"
-        " WHERE s.turn_before = 'infinity' OR NOT EXISTS (SELECT FROM outbox.consumer_claims t"
-        " WHERE t.silo = s.silo"
-        " AND t.shard_scope = s.scope AND t.shard_identifier = s.identifier"
-        " AND t.cell_name = s.cell AND t.consumer = $8 AND t.lease_until >= s.turn_before)"
+        " SELECT c.claim, c.silo, c.shard_scope, c.shard_identifier, c.cell_name, c.consumer,"
+        " c.claimed_at, c.lease_until, c.categories, c.rows_ctid, c.rows_id, c.message_ends,"
+        " c.message_category, c.message_object, c.message_added"
+        " FROM pg_catalog.unnest($1) WITH ORDINALITY AS c"
+        " JOIN pg_catalog.unnest($2) WITH ORDINALITY AS t (turn_before, k)"
+        " ON t.k = c.ordinality"
+        " WHERE t.turn_before = 'infinity' OR NOT EXISTS (SELECT FROM outbox.consumer_claims o"
+        " WHERE o.silo = c.silo AND o.shard_scope = c.shard_scope"
+        " AND o.shard_identifier = c.shard_identifier AND o.cell_name = c.cell_name"
+        " AND o.consumer = c.consumer AND o.lease_until >= t.turn_before)"
         " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
         " claim = excluded.claim, consumer = excluded.consumer,"
         " claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,"
@@ -168,7 +210,7 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
     static SPIPlanPtr plan = nullptr;
-    uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 17, types, args, nullptr,
+    uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 2, types, args, nullptr,
                                        false, SPI_OK_INSERT_RETURNING);
     MemoryContextSwitchTo(caller);
     auto *taken = (int64 *)palloc(sizeof(int64) * Max(recorded, 1));

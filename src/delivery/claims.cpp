@@ -202,8 +202,10 @@ void skip_stopped_shards(DrainBatch *batch) {
         // pause committed before them is seen, whatever the isolation level
         // (pause_shard waits for the claim).
         PushActiveSnapshot(GetLatestSnapshot());
+        MemoryContext caller = CurrentMemoryContext;
+        static SPIPlanPtr plan = nullptr;
         uint64 found =
-            pg::spi_run_here("looking up stopped shards",
+            pg::spi_run_kept(&plan, "looking up stopped shards",
                              "WITH k (s, i, c) AS (SELECT * FROM ROWS FROM (pg_catalog.unnest($2),"
                              " pg_catalog.unnest($3), pg_catalog.unnest($4)))"
                              " SELECT e.shard_scope, e.shard_identifier, e.cell_name, e.xmin, false"
@@ -218,7 +220,8 @@ void skip_stopped_shards(DrainBatch *batch) {
                              " FROM outbox.consumer_claims l JOIN k ON l.shard_scope = k.s"
                              " AND l.shard_identifier = k.i AND l.cell_name = k.c WHERE l.silo = $1"
                              " AND l.lease_until > pg_catalog.clock_timestamp()",
-                             4, types, args, true, SPI_OK_SELECT);
+                             4, types, args, nullptr, true, SPI_OK_SELECT);
+        MemoryContextSwitchTo(caller);
         PopActiveSnapshot();
         for (uint64 r = 0; r < found; r++) {
             HeapTuple tuple = SPI_tuptable->vals[r];
