@@ -21,9 +21,9 @@ uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *
 }
 
 SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs,
-                            Oid *types) {
+                            Oid *types, int cursor_options) {
     if (*plan == nullptr) {
-        SPIPlanPtr prepared = SPI_prepare(sql, nargs, types);
+        SPIPlanPtr prepared = SPI_prepare_cursor(sql, nargs, types, cursor_options);
         if (prepared == nullptr)
             elog(ERROR, "pg_outbox: preparing %s failed: %s", what,
                  SPI_result_code_string(SPI_result));
@@ -35,8 +35,9 @@ SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql,
 
 uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
                     Datum *values, const char *nulls, bool read_only, int expected) {
-    int rc = SPI_execute_plan(spi_prepare_kept(plan, what, sql, nargs, types), values, nulls,
-                              read_only, 0);
+    int rc =
+        SPI_execute_plan(spi_prepare_kept(plan, what, sql, nargs, types, CURSOR_OPT_GENERIC_PLAN),
+                         values, nulls, read_only, 0);
     if (rc != expected)
         elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
     return SPI_processed;

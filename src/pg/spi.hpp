@@ -14,25 +14,29 @@ namespace pgoutbox::pg {
 uint64 spi_run(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
                const char *nulls, bool read_only, long limit, int expected);
 
-// The same through a plan prepared once per session and kept in *plan (a
-// statement run on every call: planning it each time would cost more than
-// running it).  Its SQL must not change between calls, and must name what
-// it reads with qualified names and its operators by schema (or run only
-// where search_path is pinned: the worker, a RunAs scope): since PostgreSQL
-// 9.3 a kept plan is analysed again with the current search_path whenever
-// what it reads changes, not with the one it was prepared with.
 // spi_run, leaving the caller's memory context current (SPI leaves its
 // procedure context current, which SPI_finish frees: what a batch
 // allocates belongs in the batch's own context); no nulls, any row count.
 uint64 spi_run_here(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
                     bool read_only, int expected);
 
+// The same through a plan prepared once per session and kept in *plan (a
+// statement run on every call: planning it each time would cost more than
+// running it).  Its SQL must not change between calls, and must name what
+// it reads with qualified names and its operators by schema (or run only
+// where search_path is pinned: the worker, a RunAs scope): since PostgreSQL
+// 9.3 a kept plan is analysed again with the current search_path whenever
+// what it reads changes, not with the one it was prepared with.  The plan
+// is generic: left to choose, the plan cache planned a statement with an
+// array argument (claim = ANY ($1)) again on every call, its custom plans
+// always looking cheaper than the generic one (bench/consumer).
 uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
                     Datum *values, const char *nulls, bool read_only, int expected);
 
-// The plan of spi_run_kept, prepared if it is not yet, for a cursor.
+// The plan of spi_run_kept, prepared if it is not yet, for a cursor; with
+// cursor_options (CURSOR_OPT_GENERIC_PLAN), or the plan cache's choice.
 SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nargs,
-                            Oid *types);
+                            Oid *types, int cursor_options = 0);
 
 // Array arguments for SPI (in CurrentMemoryContext).
 Datum int4_array(const int32 *values, int n);
