@@ -35,22 +35,38 @@ def handle(message):
 
 class Consumer:
     def __init__(self, dsn, handle, categories=None, batch=1000, lease="30 seconds", poll=5.0,
-                 listen=True, silo=None):
+                 listen=True, silo=None, claim_ahead=False):
         # silo: 'cell' or 'control'; None, the database's own (outbox.silo_mode).  A
         # control database takes the cells' messages its links received with 'cell'.
+        # claim_ahead: the next claim runs in the server, on a connection of its
+        # own, while this process handles the batch in hand (bench/consumer); its
+        # lease runs meanwhile, so only for batches handled well within the lease.
         self.handle, self.categories, self.silo = handle, categories or None, silo
         self.batch, self.lease, self.poll = batch, lease, poll
         self.conn = psycopg2.connect(dsn)
         self.conn.autocommit = True  # each call is its own transaction
         self.cur = self.conn.cursor()
+        self.claims = psycopg2.connect(dsn, async_=True) if claim_ahead else self.conn
+        self.wait()
+        self.claims_cur = self.claims.cursor() if claim_ahead else self.cur
         if listen:  # the worker NOTIFYs after commits
             # Behind a transaction pooler the LISTEN would stay on one server
             # connection and its wake-ups reach whichever client uses it next.
-            self.cur.execute("LISTEN pg_outbox")
+            self.claims_cur.execute("LISTEN pg_outbox")
+            self.wait()
         self.stopping = False
 
     def stop(self, *_):
         self.stopping = True
+
+    def wait(self):
+        """Until the claims connection's statement is done (at once unless claim_ahead)."""
+        while self.claims.async_:
+            state = self.claims.poll()
+            if state == psycopg2.extensions.POLL_OK:
+                return
+            select.select([self.claims] if state == psycopg2.extensions.POLL_READ else [],
+                          [self.claims] if state == psycopg2.extensions.POLL_WRITE else [], [])
 
     def run(self):
         wake_r, wake_w = os.pipe()  # a signal ends the wait at once
@@ -58,17 +74,37 @@ class Consumer:
         signal.set_wakeup_fd(wake_w)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.stop)
+        rows = None  # claimed, not yet handled
         while not self.stopping:
-            self.conn.notifies.clear()  # the claim sees what they announced
-            if self.consume_batch() == 0 and not self.stopping and not self.conn.notifies:
-                select.select([self.conn, wake_r], [], [], self.poll)
-                self.conn.poll()
+            if rows is None:
+                self.claims.notifies.clear()  # the claim sees what they announced
+                self.claim()
+                rows = self.claimed()
+            if rows:
+                ahead = self.claims.async_ and not self.stopping
+                if ahead:
+                    self.claim()
+                self.deliver(rows)
+                rows = self.claimed() if ahead else None
+            else:
+                if not self.stopping and not self.claims.notifies:
+                    select.select([self.claims, wake_r], [], [], self.poll)
+                    self.claims.poll()
+                rows = None
+        if rows:
+            self.deliver(rows)  # gives it back
         self.conn.close()
+        self.claims.close()
 
-    def consume_batch(self):
-        """Claims, handles and completes one batch; returns the messages claimed."""
-        self.cur.execute(CLAIM, (self.batch, self.lease, self.categories, self.silo))
-        rows = self.cur.fetchall()
+    def claim(self):
+        self.claims_cur.execute(CLAIM, (self.batch, self.lease, self.categories, self.silo))
+
+    def claimed(self):
+        self.wait()
+        return self.claims_cur.fetchall()
+
+    def deliver(self, rows):
+        """Handles and completes a claimed batch; gives it back when stopping."""
         # The payloads come as text and are parsed in one call, and the
         # lease end, the same for the whole claim, once: psycopg2 parsing
         # them row by row took most of the consumer's time (bench/consumer).
@@ -103,7 +139,6 @@ class Consumer:
         if handled:
             self.call_refusable("completion", "SELECT outbox.complete(%s, %s)",
                                 (list(handled), list(handled.values())))
-        return len(rows)
 
     def call_refusable(self, what, sql, args):
         """complete() or fail(); refused with 55000 when a lease ended: logged, not fatal

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/consumer/run.sh's consumer: consumer/outbox_consumer.py with a no-op
+"""bench/consumer/run.sh's consumer: consumer/outbox_consumer.py, claiming ahead, with a no-op
 handler (mode noop) or one that measures commit-to-handler lag from the
 payload's written_at (mode lag, printed as "p50 p99 max count" in ms on
 SIGTERM).  OUTBOX_DSN names the database."""
@@ -21,7 +21,7 @@ def lag(message):
 
 
 consumer = Consumer(os.environ["OUTBOX_DSN"], (lambda message: None) if mode == "noop" else lag,
-                    batch=1000, poll=60)
+                    batch=1000, poll=60, claim_ahead=True)
 consumer.run()
 if mode == "lag":
     lags.sort()

@@ -2,9 +2,11 @@
 # Consumers outside the database, as real processes: the Python consumer of
 # consumer/outbox_consumer.py (through consumer_process.py, which records
 # each delivery in the table delivered), next to the background worker.
-#   1. two consumers and the worker on the same category under a stream of
-#      writes: each shard served by one of them at a time, in order, and
-#      every change delivered; the worker on another category meanwhile;
+#   1. two consumers (one claiming ahead) and the worker on the same
+#      category under a stream of writes: each shard served by one of them
+#      at a time, in order, and every change delivered; the worker on
+#      another category meanwhile; a consumer claiming ahead stopped in the
+#      middle gives back both the batch in hand and the one claimed ahead;
 #   2. a consumer SIGKILLed mid-batch: its messages wait in the outbox and
 #      nothing of its shards is delivered before its lease ends, then
 #      everything is (again, for those it had handled: at least once);
@@ -12,7 +14,8 @@
 #   4. failures back the shard off (shard_depth shows the error), then
 #      max_attempts moves the message to the dead letters and the shard
 #      goes on;
-#   5. LISTEN/NOTIFY wake-ups: commit-to-handler latency with a poll of 60 s;
+#   5. LISTEN/NOTIFY wake-ups: commit-to-handler latency with a poll of 60 s,
+#      claiming ahead and not;
 #   6. bad tokens and a role without CONSUME, over real connections.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -51,10 +54,10 @@ SELECT outbox.register_handler('org_update', 'by_worker(outbox.message)');
 SQL
 
 # 1. 40 organisations, each written 15 times by a writer, while two
-# consumers (5 ms a message, claims of 20) and the worker all serve
-# org_update; 200 users changes go to the worker alone.
+# consumers (5 ms a message, claims of 20; two claims ahead) and the worker
+# all serve org_update; 200 users changes go to the worker alone.
 consumer one DELAY=0.005 BATCH=20
-consumer two DELAY=0.005 BATCH=20
+consumer two DELAY=0.005 BATCH=20 CLAIM_AHEAD=1
 (for seq in $(seq 1 15); do
     q -c "INSERT INTO orgs (id, seq) SELECT g, $seq FROM generate_series(1, 40) g
           ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, written_at = clock_timestamp()" >/dev/null
@@ -83,7 +86,30 @@ kill -TERM "${pids[@]}" 2>/dev/null
 wait "${pids[@]}" 2>/dev/null
 check "SIGTERM: both consumers stop cleanly" [ "$(cat "$logs/one.err" "$logs/two.err")" = "" ]
 pids=()
+
 q -c "SELECT outbox.unregister_handler('org_update')" >/dev/null
+
+# A consumer claiming ahead (batches of 5, 0.2 s a message), stopped with
+# SIGTERM in the middle: it completes what it handled and gives back the
+# rest of its batch and the batch it claimed ahead, whose lease would
+# otherwise hold those shards for 30 s.
+q -c "INSERT INTO orgs (id, seq) SELECT g, 1 FROM generate_series(2001, 2020) g" >/dev/null
+consumer ahead DELAY=0.2 BATCH=5 CLAIM_AHEAD=1
+ahead=$!
+check "the consumer claiming ahead starts on its batch" wait_for 30 \
+    "SELECT count(*) >= 2 FROM delivered WHERE object BETWEEN 2001 AND 2020" t
+check "it holds two batches: the one in hand and the one claimed ahead" wait_for 10 \
+    "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()" 10
+kill -TERM $ahead
+wait $ahead 2>/dev/null
+check "stopped, it holds no shard: both batches given back" \
+    [ "$(q -c "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()")" = 0 ]
+check "what it handled is delivered, the rest waits in the outbox" \
+    [ "$(q -c "SELECT (SELECT count(*) FROM delivered WHERE object BETWEEN 2001 AND 2020)
+                      + (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020)")" = 20 ]
+check "and it stopped cleanly" [ "$(cat "$logs/ahead.err")" = "" ]
+pids=()
+q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020" >/dev/null
 
 # 2. A consumer killed with SIGKILL in the middle of a batch of 20
 # messages (0.3 s each, lease 3 s): its shards stay held until the lease
@@ -173,25 +199,29 @@ wait "${pids[@]}" 2>/dev/null
 pids=()
 
 # 5. Wake-ups: a consumer that polls once a minute sees each of 30 commits
-# (one every 100 ms) through LISTEN/NOTIFY.
-q -c "TRUNCATE delivered" >/dev/null
-consumer listening POLL=60
-sleep 1
-for i in $(seq 1 30); do
-    q -c "INSERT INTO orgs (id, seq) VALUES (4000 + $i, 1)" >/dev/null
-    sleep 0.1
+# (one every 100 ms) through LISTEN/NOTIFY; claiming ahead, its LISTEN is on
+# the connection that claims.
+for ahead in 0 1; do
+    q -c "TRUNCATE delivered" >/dev/null
+    consumer listening$ahead POLL=60 CLAIM_AHEAD=$ahead
+    mode=$([[ $ahead == 1 ]] && echo ", claiming ahead" || true)
+    sleep 1
+    for i in $(seq 1 30); do
+        q -c "INSERT INTO orgs (id, seq) VALUES (4000 + $ahead * 100 + $i, 1)" >/dev/null
+        sleep 0.1
+    done
+    check "every commit reaches the idle consumer$mode" wait_for 30 \
+        "SELECT count(*) FROM delivered WHERE object > 4000" 30
+    latency=$(q -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)) || ' ms p50, '
+                        || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) || ' ms p99'
+                    FROM (SELECT extract(epoch FROM started - written_at) * 1000 AS ms
+                            FROM delivered WHERE object > 4000) s")
+    check "commit to handler within a second, not a poll$mode ($latency)" \
+        [ "$(q -c "SELECT max(started - written_at) < interval '1 second' FROM delivered WHERE object > 4000")" = t ]
+    kill -TERM "${pids[@]}" 2>/dev/null
+    wait "${pids[@]}" 2>/dev/null
+    pids=()
 done
-check "every commit reaches the idle consumer" wait_for 30 \
-    "SELECT count(*) FROM delivered WHERE object > 4000" 30
-latency=$(q -c "SELECT round(percentile_cont(0.5) WITHIN GROUP (ORDER BY ms)) || ' ms p50, '
-                    || round(percentile_cont(0.99) WITHIN GROUP (ORDER BY ms)) || ' ms p99'
-                FROM (SELECT extract(epoch FROM started - written_at) * 1000 AS ms
-                        FROM delivered WHERE object > 4000) s")
-check "commit to handler within a second, not a poll ($latency)" \
-    [ "$(q -c "SELECT max(started - written_at) < interval '1 second' FROM delivered WHERE object > 4000")" = t ]
-kill -TERM "${pids[@]}" 2>/dev/null
-wait "${pids[@]}" 2>/dev/null
-pids=()
 
 # 6. Over real connections: a made-up token, and a role without CONSUME.
 check "a made-up token is refused" \
