@@ -33,12 +33,14 @@ CREATE TABLE outbox.consumer_claims (
     released         boolean       NOT NULL DEFAULT false,
     UNIQUE (silo, shard_scope, shard_identifier, cell_name)
 );
--- Out of line uncompressed: ids and ctids hardly compress, and pglz on
--- every claim's arrays cost it more than the toast rows do.
+-- Uncompressed (ids and ctids hardly compress, and pglz on every claim's
+-- arrays cost it more than the toast rows did), and in line up to a page:
+-- the lease of a shard of 200 one-row messages (bench/consumer) then
+-- needs no toast rows at all.
 ALTER TABLE outbox.consumer_claims ALTER rows_ctid SET STORAGE EXTERNAL,
     ALTER rows_id SET STORAGE EXTERNAL, ALTER message_ends SET STORAGE EXTERNAL,
     ALTER message_category SET STORAGE EXTERNAL, ALTER message_object SET STORAGE EXTERNAL,
-    ALTER message_added SET STORAGE EXTERNAL;
+    ALTER message_added SET STORAGE EXTERNAL, SET (toast_tuple_target = 8160);
 
 -- What outbox.claim() returns: one coalesced message of a claimed shard.
 CREATE TYPE outbox.claimed_message AS (
