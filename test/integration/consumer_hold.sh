@@ -99,4 +99,57 @@ sleep 1.5
 check "a lapsed claim's row stays for max_lease (3 s)" \
     test "$(q -c "SELECT count(*) FROM outbox.consumer_claims WHERE lease_until < now()")" = 1
 check "... then the worker forgets it" wait_for 15 "SELECT count(*) FROM outbox.consumer_claims" 0
+
+# When a claim the role gave back is the role's again (docs/consumers.md,
+# "Turns"), where the worker cannot take its turn: claims organisation 1's
+# shard (once it may), gives it back, and claims every 5 ms until it has it
+# again.
+# Prints the tries it took and the seconds since the give-back.
+reclaim() {
+    "$PYTHON" - "$(dsn holder)" <<'PY'
+import sys, time, psycopg2
+conn = psycopg2.connect(sys.argv[1])
+conn.autocommit = True
+cur = conn.cursor()
+def claim():
+    cur.execute("SELECT DISTINCT claim FROM outbox.claim(100, '3 s') WHERE shard_identifier = 1")
+    return [r[0] for r in cur.fetchall()]
+def give_back(tokens):
+    cur.execute("SELECT outbox.complete(%s::bigint[], %s::int[])", (tokens, [0] * len(tokens)))
+deadline = time.time() + 10  # the turn of the round before may not be back yet
+tokens = claim()
+while not tokens and time.time() < deadline:
+    time.sleep(0.05)
+    tokens = claim()
+if not tokens:
+    sys.exit("organisation 1's shard is not due")
+give_back(tokens)
+ended, tries = time.time(), 0
+while time.time() < ended + 10:
+    tries += 1
+    tokens = claim()
+    if tokens:
+        give_back(tokens)
+        print(tries, round(time.time() - ended, 2))
+        sys.exit()
+    time.sleep(0.005)
+print(0, -1)
+PY
+}
+set_worker() { # setting value: set, and seen by new sessions
+    q -c "ALTER SYSTEM SET $1 = $2" -c "SELECT pg_reload_conf()" >/dev/null
+    wait_for 10 "SELECT setting FROM pg_settings WHERE name = '$1'" "$2" >/dev/null
+}
+set_worker outbox.worker_enabled off
+read -r tries took < <(reclaim)
+check "no worker here: the same role has its shard again a naptime (0.2 s) after giving it back, not before ($took s)" \
+    awk -v t="$took" 'BEGIN { exit !(t >= 0.15 && t < 2) }'
+set_worker outbox.naptime 60000
+read -r tries took < <(reclaim)
+check "... and at most outbox.max_lease (3 s) after, however long the naptime ($took s)" \
+    awk -v t="$took" 'BEGIN { exit !(t >= 2.9 && t < 5) }'
+q -c "SELECT outbox.unregister_handler('user_update')" >/dev/null
+read -r tries took < <(reclaim)
+check "nobody else to deliver anything (no handler, no other CONSUME role): at once ($tries tries, $took s)" \
+    test "$tries" = 1
 checks_done consumer_hold
