@@ -209,7 +209,15 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
         " released = false WHERE l.lease_until <= pg_catalog.clock_timestamp()"
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
+    // Prepared for the table's row type: one made again (the extension
+    // dropped and created in this session) needs a plan of its own.
     static SPIPlanPtr plan = nullptr;
+    static Oid plan_row_type = InvalidOid;
+    if (plan != nullptr && plan_row_type != row_type) {
+        SPI_freeplan(plan);
+        plan = nullptr;
+    }
+    plan_row_type = row_type;
     uint64 recorded = pg::spi_run_kept(&plan, "recording claims", sql, 2, types, args, nullptr,
                                        false, SPI_OK_INSERT_RETURNING);
     MemoryContextSwitchTo(caller);

@@ -16,7 +16,9 @@
 #      goes on;
 #   5. LISTEN/NOTIFY wake-ups: commit-to-handler latency with a poll of 60 s,
 #      claiming ahead and not;
-#   6. bad tokens and a role without CONSUME, over real connections.
+#   6. bad tokens and a role without CONSUME, over real connections;
+#   7. a claim after the extension was dropped and created again in the
+#      same session.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/consumer_cluster.sh" "outbox.naptime = 100" "outbox.database_name = postgres"
@@ -231,5 +233,24 @@ env NAME=intruder OUTBOX_DSN="$(dsn bystander)" RECORD_DSN="$(dsn postgres)" CAT
 check "a role without CONSUME cannot consume" grep -q "permission denied to consume category 'org_update'" "$logs/intruder.err"
 check "nor read the outbox" \
     bash -c "psql -X -tA -d '$(dsn bystander)' -c 'SELECT count(*) FROM outbox.cell_outbox' 2>&1 | grep -q 'permission denied'"
+
+# 7. The extension dropped and created again within one session that has
+# claimed before: its next claim records its lease with the new table
+# (the kept plan of the old one named a row type that is gone).
+reclaimed=$(q -v ON_ERROR_STOP=1 <<'SQL' | tail -1
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+VALUES (0, 9001, 0, 9001);
+SELECT count(*) FROM outbox.claim(10, '3 s', '{org_update}');
+DROP EXTENSION pg_outbox CASCADE;
+CREATE EXTENSION pg_outbox;
+SELECT outbox.register_scope('Org', 0);
+SELECT outbox.register_category('org_update', 'Org', 0);
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier)
+VALUES (0, 9002, 0, 9002);
+SELECT count(*) FROM outbox.claim(10, '3 s', '{org_update}');
+SQL
+)
+check "a claim after the extension was made again in the session records its lease ($reclaimed)" \
+    test "$reclaimed" = 1
 
 checks_done consumers
