@@ -39,7 +39,6 @@ cluster_start "shared_buffers = 1GB" "max_wal_size = 8GB" "autovacuum = off" \
     "outbox.worker_enabled = off" "outbox.database_name = postgres"
 q() { psql -X -q -tA -v ON_ERROR_STOP=1 "$@"; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-ms_since() { echo $((($(date +%s%N) - $1) / 1000000)); }
 export OUTBOX_DSN="host=$PGHOST port=$PGPORT dbname=postgres user=consumer"
 
 q >/dev/null <<'SQL'
@@ -58,45 +57,49 @@ fill() { # category shards rows_per_shard objects_per_shard
           SELECT 0, s, $1, s * 100000 + r % $4, jsonb_build_object('r', r)
             FROM generate_series(1, $2) s, generate_series(1, $3) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
 }
-wait_empty() { # who: until the outbox is empty, at most 300 s, while who runs
-    local deadline=$((SECONDS + 300))
-    until [[ $(q -c "SELECT count(*) FROM outbox.cell_outbox") == 0 ]]; do
-        ((SECONDS < deadline)) || bench_fail "the $1 left $(q -c "SELECT count(*) FROM outbox.cell_outbox") rows undelivered after 300 s"
-        [[ -z $consumer ]] || kill -0 "$consumer" 2>/dev/null || bench_fail "the consumer exited early"
-        sleep 0.02
-    done
+clock() { # category rows pid statement...: ms from the statements to the rows processed
+    "$PYTHON" "$root/bench/consumer/clock.py" "$@" || bench_fail "category $1: its contender did not finish (above)"
 }
-drain_worker() { # messages/s with the worker (one transaction per batch)
-    local start ms
-    q -c "ALTER SYSTEM SET outbox.worker_enabled = on" -c "ALTER SYSTEM SET outbox.naptime = 10" -c "SELECT pg_reload_conf()" >/dev/null
-    start=$(date +%s%N)
-    wait_empty worker
-    ms=$(ms_since "$start")
+left_empty() { # who
+    local left
+    left=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
+    [[ $left == 0 ]] || bench_fail "the $1 left $left rows undelivered"
+}
+drain_worker() { # messages/s with the worker (one transaction per batch); fill's arguments
+    local ms
+    fill "$@"
+    ms=$(clock "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
+        "ALTER SYSTEM SET outbox.naptime = 10" "SELECT pg_reload_conf()") || exit 1
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
+    left_empty worker
     sleep 0.3
-    echo $(($1 * 1000 / ms))
+    echo $(($2 * $4 * 1000 / ms))
 }
-drain_consumer() { # messages/s with the Python consumer, from its wake-up
-    local start ms
+drain_consumer() { # messages/s with the Python consumer, from its wake-up; fill's arguments
+    local ms rows
+    # Started on the empty outbox: it claims at once when it starts, so one
+    # started after the fill worked before the clock did (on a fast machine,
+    # most of workload B: 2.6 million messages/s).
     "$PYTHON" "$root/bench/consumer/consume.py" noop &
     consumer=$!
-    sleep 1 # connected and listening, idle: the fill made no NOTIFY
-    start=$(date +%s%N)
-    q -c "NOTIFY pg_outbox"
-    wait_empty consumer
-    ms=$(ms_since "$start")
+    sleep 1 # connected and listening, idle
+    fill "$@"
+    rows=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
+    [[ $rows == $(($2 * $3)) ]] || bench_fail "the consumer took $(($2 * $3 - rows)) rows before its wake-up"
+    ms=$(clock "$1" "$rows" "$consumer" "NOTIFY pg_outbox") || exit 1
+    left_empty consumer
     kill -TERM $consumer
     wait $consumer || bench_fail "the consumer failed (status $?)"
     consumer=
-    echo $(($1 * 1000 / ms))
+    echo $(($2 * $4 * 1000 / ms))
 }
 
 declare -A rate
 for run in $(seq "$RUNS"); do
-    fill 1 $SHARDS 100 10; rate[a_worker]+="$(drain_worker $((SHARDS * 10))) "
-    fill 2 $SHARDS 100 10; rate[a_consumer]+="$(drain_consumer $((SHARDS * 10))) "
-    fill 1 $SHARDS 200 200; rate[b_worker]+="$(drain_worker $((SHARDS * 200))) "
-    fill 2 $SHARDS 200 200; rate[b_consumer]+="$(drain_consumer $((SHARDS * 200))) "
+    rate[a_worker]+="$(drain_worker 1 $SHARDS 100 10) "
+    rate[a_consumer]+="$(drain_consumer 2 $SHARDS 100 10) "
+    rate[b_worker]+="$(drain_worker 1 $SHARDS 200 200) "
+    rate[b_consumer]+="$(drain_consumer 2 $SHARDS 200 200) "
     echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}" >&2
 done
 # Every outbox row handled once, by each: 100 + 200 rows a shard a run.
