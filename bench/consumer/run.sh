@@ -57,8 +57,10 @@ fill() { # category shards rows_per_shard objects_per_shard
           SELECT 0, s, $1, s * 100000 + r % $4, jsonb_build_object('r', r)
             FROM generate_series(1, $2) s, generate_series(1, $3) r ORDER BY r, s" -c "VACUUM ANALYZE outbox.cell_outbox" >/dev/null
 }
-clock() { # category rows pid statement...: ms from the statements to the rows processed
-    "$PYTHON" "$root/bench/consumer/clock.py" "$@" || bench_fail "category $1: its contender did not finish (above)"
+clock() { # who category rows pid statement...: ms from the statements to the rows processed
+    local who=$1
+    shift
+    "$PYTHON" "$root/bench/consumer/clock.py" "$@" || bench_fail "the $who did not finish (above)"
 }
 left_empty() { # who
     local left
@@ -68,7 +70,7 @@ left_empty() { # who
 drain_worker() { # messages/s with the worker (one transaction per batch); fill's arguments
     local ms
     fill "$@"
-    ms=$(clock "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
+    ms=$(clock worker "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
         "ALTER SYSTEM SET outbox.naptime = 10" "SELECT pg_reload_conf()") || exit 1
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
     left_empty worker
@@ -86,7 +88,7 @@ drain_consumer() { # messages/s with the Python consumer, from its wake-up; fill
     fill "$@"
     rows=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
     [[ $rows == $(($2 * $3)) ]] || bench_fail "the consumer took $(($2 * $3 - rows)) rows before its wake-up"
-    ms=$(clock "$1" "$rows" "$consumer" "NOTIFY pg_outbox") || exit 1
+    ms=$(clock consumer "$1" "$rows" "$consumer" "NOTIFY pg_outbox") || exit 1
     left_empty consumer
     kill -TERM $consumer
     wait $consumer || bench_fail "the consumer failed (status $?)"
