@@ -25,108 +25,73 @@ namespace pgoutbox {
 
 namespace {
 
-// A leased batch by segment: each segment's token and where its first row
-// and first message are in the batch's flat arrays (1-based; message_first
-// 0: it has no message).
+// A leased batch by segment: each segment's token and where its rows and
+// messages are in the batch's arrays (1-based; message_first 0: it has no
+// message).  A segment's messages are contiguous, and so are their rows:
+// coalescing goes shard by shard (delivery/claims.cpp) and lease_batch lays
+// the rows out message by message.
 struct SegmentLeases {
     int64 *tokens;
     int32 *row_first;
     int32 *message_first;
+    int32 *message_count;
     int nleased; // segments with a message
-    int nrows;
 };
 
 SegmentLeases segment_leases(const DrainBatch *batch, const LeasedBatch *leased) {
     int nsegments = batch->nsegments;
     SegmentLeases s = {(int64 *)palloc0(sizeof(int64) * nsegments),
                        (int32 *)palloc(sizeof(int32) * nsegments),
-                       (int32 *)palloc0(sizeof(int32) * nsegments), 0, 0};
+                       (int32 *)palloc0(sizeof(int32) * nsegments),
+                       (int32 *)palloc0(sizeof(int32) * nsegments), 0};
     for (int m = 0; m < leased->nmessages; m++) {
         int seg = leased->messages[m].segment;
         if (s.message_first[seg] == 0) {
             s.message_first[seg] = m + 1;
-            s.row_first[seg] = s.nrows + 1;
+            s.row_first[seg] = m == 0 ? 1 : leased->messages[m - 1].row_end + 1;
             s.tokens[seg] = pg::random_token();
             s.nleased++;
+        } else if (leased->messages[m - 1].segment != seg) {
+            elog(ERROR, "pg_outbox: a claim's messages are not grouped by shard");
         }
-        s.nrows = leased->messages[m].row_end;
+        s.message_count[seg]++;
     }
     return s;
 }
 
-// A leased batch's rows and messages grouped by segment, each segment's
-// in message order from its offset; ends are within the segment's rows.
-struct GroupedLeases {
-    int32 *message_offset, *row_offset; // per segment, and one past the last
-    ItemPointerData *ctids;
-    int64 *ids;
-    int32 *ends;
-    int32 *categories;
-    int64 *objects;
-    Datum *added;
-};
-
-GroupedLeases group_leases(const DrainBatch *batch, const LeasedBatch *leased) {
-    int nsegments = batch->nsegments, n = leased->nmessages;
-    int nrows = n == 0 ? 0 : leased->messages[n - 1].row_end;
-    GroupedLeases g = {(int32 *)palloc0(sizeof(int32) * (nsegments + 1)),
-                       (int32 *)palloc0(sizeof(int32) * (nsegments + 1)),
-                       (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(nrows, 1)),
-                       (int64 *)palloc(sizeof(int64) * Max(nrows, 1)),
-                       (int32 *)palloc(sizeof(int32) * Max(n, 1)),
-                       (int32 *)palloc(sizeof(int32) * Max(n, 1)),
-                       (int64 *)palloc(sizeof(int64) * Max(n, 1)),
-                       (Datum *)palloc(sizeof(Datum) * Max(n, 1))};
-    for (int m = 0, row = 0; m < n; row = leased->messages[m++].row_end) {
-        g.message_offset[leased->messages[m].segment + 1]++;
-        g.row_offset[leased->messages[m].segment + 1] += leased->messages[m].row_end - row;
-    }
-    for (int seg = 0; seg < nsegments; seg++) {
-        g.message_offset[seg + 1] += g.message_offset[seg];
-        g.row_offset[seg + 1] += g.row_offset[seg];
-    }
-    auto *next_message = (int32 *)palloc(sizeof(int32) * Max(nsegments, 1));
-    auto *next_row = (int32 *)palloc(sizeof(int32) * Max(nsegments, 1));
-    memcpy(next_message, g.message_offset, sizeof(int32) * nsegments);
-    memcpy(next_row, g.row_offset, sizeof(int32) * nsegments);
-    for (int m = 0, row = 0; m < n; row = leased->messages[m++].row_end) {
-        const LeasedMessage *message = &leased->messages[m];
-        int seg = message->segment;
-        for (int i = row; i < message->row_end; i++) {
-            g.ctids[next_row[seg]] = leased->ctids[i];
-            g.ids[next_row[seg]++] = leased->ids[i];
-        }
-        int k = next_message[seg]++;
-        g.ends[k] = next_row[seg] - g.row_offset[seg];
-        g.categories[k] = message->category;
-        g.objects[k] = message->object_identifier;
-        g.added[k] = TimestampTzGetDatum(message->oldest_added);
-    }
-    return g;
-}
-
 // One segment's lease as a row of outbox.consumer_claims (desc): its rows
 // and messages in message order, message k's rows ending at
-// message_ends[k].
-Datum lease_row(TupleDesc desc, const DrainBatch *batch, const GroupedLeases *g, int seg,
-                int64 token, Oid role, TimestampTz claimed_at, TimestampTz lease_until) {
-    int first = g->message_offset[seg], nmessages = g->message_offset[seg + 1] - first;
-    int first_row = g->row_offset[seg], nrows = g->row_offset[seg + 1] - first_row;
+// message_ends[k], counted from the segment's first row.
+Datum lease_row(TupleDesc desc, const DrainBatch *batch, const LeasedBatch *leased,
+                const SegmentLeases *s, int seg, Oid role, TimestampTz claimed_at,
+                TimestampTz lease_until) {
+    int first = s->message_first[seg] - 1, nmessages = s->message_count[seg];
+    int first_row = s->row_first[seg] - 1;
+    int nrows = leased->messages[first + nmessages - 1].row_end - first_row;
+    auto *ends = (int32 *)palloc(sizeof(int32) * nmessages);
+    auto *message_categories = (int32 *)palloc(sizeof(int32) * nmessages);
+    auto *objects = (int64 *)palloc(sizeof(int64) * nmessages);
+    auto *added = (Datum *)palloc(sizeof(Datum) * nmessages);
     // The distinct categories, in order: a few.
     auto *categories = (int32 *)palloc(sizeof(int32) * nmessages);
     int ncategories = 0;
-    for (int k = first; k < first + nmessages; k++) {
+    for (int k = 0; k < nmessages; k++) {
+        const LeasedMessage *message = &leased->messages[first + k];
+        ends[k] = message->row_end - first_row;
+        message_categories[k] = message->category;
+        objects[k] = message->object_identifier;
+        added[k] = TimestampTzGetDatum(message->oldest_added);
         int c = 0;
-        while (c < ncategories && categories[c] < g->categories[k])
+        while (c < ncategories && categories[c] < message->category)
             c++;
-        if (c == ncategories || categories[c] != g->categories[k]) {
+        if (c == ncategories || categories[c] != message->category) {
             memmove(&categories[c + 1], &categories[c], sizeof(int32) * (ncategories - c));
-            categories[c] = g->categories[k];
+            categories[c] = message->category;
             ncategories++;
         }
     }
     const ShardKey *shard = &batch->segments[seg].shard;
-    Datum values[16] = {Int64GetDatum(token),
+    Datum values[16] = {Int64GetDatum(s->tokens[seg]),
                         CStringGetTextDatum(silo_text(shard->silo)),
                         Int32GetDatum(shard->shard_scope),
                         Int64GetDatum(shard->shard_identifier),
@@ -135,13 +100,13 @@ Datum lease_row(TupleDesc desc, const DrainBatch *batch, const GroupedLeases *g,
                         TimestampTzGetDatum(claimed_at),
                         TimestampTzGetDatum(lease_until),
                         pg::int4_array(categories, ncategories),
-                        pg::tid_array(&g->ctids[first_row], nrows),
-                        pg::int8_array(&g->ids[first_row], nrows),
-                        pg::int4_array(&g->ends[first], nmessages),
-                        pg::int4_array(&g->categories[first], nmessages),
-                        pg::int8_array(&g->objects[first], nmessages),
-                        PointerGetDatum(construct_array(&g->added[first], nmessages, TIMESTAMPTZOID,
-                                                        8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+                        pg::tid_array(&leased->ctids[first_row], nrows),
+                        pg::int8_array(&leased->ids[first_row], nrows),
+                        pg::int4_array(ends, nmessages),
+                        pg::int4_array(message_categories, nmessages),
+                        pg::int8_array(objects, nmessages),
+                        PointerGetDatum(construct_array(added, nmessages, TIMESTAMPTZOID, 8,
+                                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
                         BoolGetDatum(false)};
     bool nulls[16] = {false};
     return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
@@ -162,15 +127,13 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
     TupleDesc desc = lookup_rowtype_tupdesc(row_type, -1);
     if (desc->natts != 16)
         elog(ERROR, "pg_outbox: outbox.consumer_claims has %d columns, not 16", desc->natts);
-    GroupedLeases grouped = group_leases(batch, leased);
     auto *rows = (Datum *)palloc(sizeof(Datum) * s->nleased);
     auto *turns = (Datum *)palloc(sizeof(Datum) * s->nleased);
     int k = 0;
     for (int seg = 0; seg < batch->nsegments; seg++) {
         if (s->message_first[seg] == 0)
             continue;
-        rows[k] =
-            lease_row(desc, batch, &grouped, seg, s->tokens[seg], role, claimed_at, lease_until);
+        rows[k] = lease_row(desc, batch, leased, s, seg, role, claimed_at, lease_until);
         turns[k++] = TimestampTzGetDatum(turn_before[seg]);
     }
     ReleaseTupleDesc(desc);
