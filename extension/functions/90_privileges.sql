@@ -39,7 +39,7 @@ GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text, text),
 -- pg_monitor reads; it cannot reset, drain, open gates or change anything.
 GRANT USAGE ON SCHEMA outbox TO pg_monitor;
 GRANT SELECT ON outbox.shard_depth, outbox.backfill_status, outbox.stats, outbox.worker_status,
-    outbox.foreign_keys TO pg_monitor;
+    outbox.foreign_keys, outbox.resyncs TO pg_monitor;
 -- metrics() counts paused shards and dead letters, without their payloads.
 GRANT SELECT ON outbox.paused_shards TO pg_monitor;
 -- metrics() counts the model check's findings (catalog reads only).

@@ -27,6 +27,9 @@
 -- Moves of organizations between cells.
 -- @include tables/99_organization_moves.sql
 
+-- Targeted re-sync jobs.
+-- @include tables/99_resyncs.sql
+
 -- register_table gains relocation_scope: a new signature.
 DROP FUNCTION outbox.register_table(regclass, text, text, name, name[], name, int, text);
 DROP FUNCTION outbox._register_table(regclass, text, text, name, name[], name, int, text);

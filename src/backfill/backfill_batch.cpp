@@ -93,9 +93,9 @@ bool min_id(const char *table, int64 *result) {
     return !isnull;
 }
 
-// The largest id among the first limit rows with id >= lower, or 0.  As the
-// table's owner.
-int64 upper_id(const char *table, int64 lower, int64 limit) {
+} // namespace
+
+bool upper_id(const char *table, int64 lower, int64 limit, int64 *result) {
     Oid argtypes[2] = {INT8OID, INT8OID};
     Datum args[2] = {Int64GetDatum(lower), Int64GetDatum(limit)};
     pg::spi_run("planning the batch",
@@ -106,8 +106,12 @@ int64 upper_id(const char *table, int64 lower, int64 limit) {
                 2, argtypes, args, nullptr, true, 1, SPI_OK_SELECT);
     bool isnull;
     Datum value = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
-    return isnull ? 0 : DatumGetInt64(value);
+    if (!isnull)
+        *result = DatumGetInt64(value);
+    return !isnull;
 }
+
+namespace {
 
 // Whether a shard that rows with ids in [low, up] go to already holds at
 // least max_depth outbox rows (outbox.backfill_max_shard_depth).  The
@@ -151,12 +155,10 @@ bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, int6
     return deep;
 }
 
-// Reads the columns capture needs of the rows with ids in [low, up], a chunk
-// at a time, and writes their outbox rows; returns how many.  As the
-// table's owner.  The query selects exactly those columns, so meta is
-// re-pointed at them: id first, then shard, cell and payload.
-int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &targets,
-                  const char *table, int64 low, int64 up) {
+} // namespace
+
+int64 write_rows(Relation rel, const TableMeta *meta, const CellTargets &targets, const char *table,
+                 const char *condition, int nargs, Oid *argtypes, Datum *args) {
     TableMeta view = *meta;
     StringInfoData sql;
     initStringInfo(&sql);
@@ -178,15 +180,10 @@ int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &target
         view.payload[i] = meta->payload[i];
         view.payload[i].attnum = select(meta->payload[i].attnum);
     }
-    appendStringInfo(&sql,
-                     " FROM %s t WHERE t.id OPERATOR(pg_catalog.>=) $1"
-                     " AND t.id OPERATOR(pg_catalog.<=) $2",
-                     table);
+    appendStringInfo(&sql, " FROM %s t WHERE %s", table, condition);
 
-    Oid argtypes[2] = {INT8OID, INT8OID};
-    Datum args[2] = {Int64GetDatum(low), Int64GetDatum(up)};
     Portal portal =
-        SPI_cursor_open_with_args(nullptr, sql.data, 2, argtypes, args, nullptr, true, 0);
+        SPI_cursor_open_with_args(nullptr, sql.data, nargs, argtypes, args, nullptr, true, 0);
     OutboxWriter *writer = outbox_writer_begin(registry_get(), false);
     MemoryContext per_row = AllocSetContextCreate(CurrentMemoryContext, "pg_outbox backfill row",
                                                   ALLOCSET_DEFAULT_SIZES);
@@ -217,8 +214,6 @@ int64 write_range(Relation rel, const TableMeta *meta, const CellTargets &target
     MemoryContextDelete(per_row);
     return written;
 }
-
-} // namespace
 
 bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 max_shard_depth,
                     BatchPlan *plan, int64 *written, bool *throttled) {
@@ -254,7 +249,9 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
     bool has_rows = min_id(table, &smallest);
     int64 low =
         clamp_lower(start->lower_bound, has_rows ? std::optional<int64_t>(smallest) : std::nullopt);
-    int64 up = has_rows ? upper_id(table, low, (int64)batch_size + 1) : 0;
+    int64 up = 0;
+    if (has_rows)
+        upper_id(table, low, (int64)batch_size + 1, &up);
     *plan = finish_plan(low, start->version, up, reg.coded_version);
     if (max_shard_depth > 0 && plan->count > 0 && has_rows &&
         shard_at_bound(rel, meta, table, plan->low, plan->up, max_shard_depth)) {
@@ -266,9 +263,12 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
         *throttled = true;
         return false;
     }
-    *written = plan->count > 0 && has_rows
-                   ? write_range(rel, meta, targets, table, plan->low, plan->up)
-                   : 0;
+    *written = 0;
+    if (plan->count > 0 && has_rows) {
+        Oid types[2] = {INT8OID, INT8OID};
+        Datum range[2] = {Int64GetDatum(plan->low), Int64GetDatum(plan->up)};
+        *written = write_rows(rel, meta, targets, table, id_range_condition, 2, types, range);
+    }
     pg::run_as_end(&as_owner);
 
     cursor_write(reg.table_key, plan->next);

@@ -35,6 +35,24 @@ CellTargets backfill_targets(const TableMeta *meta, const Registration &reg);
 bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 max_shard_depth,
                     BatchPlan *plan, int64 *written, bool *throttled);
 
+// The largest id among the first limit rows of table (qualified) with id >=
+// lower in *result; false when there is none.  As the table's owner,
+// inside SPI.
+bool upper_id(const char *table, int64 lower, int64 limit, int64 *result);
+
+// The rows of a batch with ids in [$1, $2].
+constexpr const char *id_range_condition =
+    "t.id OPERATOR(pg_catalog.>=) $1 AND t.id OPERATOR(pg_catalog.<=) $2";
+
+// Reads the columns capture needs of the rows of table (rel, qualified)
+// that condition (on alias t, with parameters args) selects, a chunk at a
+// time, and writes their outbox rows through capture's row builder, as an
+// UPDATE of each would; returns how many.  As the table's owner, inside
+// SPI.  The query selects exactly those columns, so meta is re-pointed at
+// them: id first, then shard, cell and payload.
+int64 write_rows(Relation rel, const TableMeta *meta, const CellTargets &targets, const char *table,
+                 const char *condition, int nargs, Oid *argtypes, Datum *args);
+
 // Registered tables local to silo mode `mode` (monolith: all), in the walk's
 // stable order (table_key), with their names for the log, allocated in
 // context.  Inside SPI and a transaction.

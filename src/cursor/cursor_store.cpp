@@ -30,6 +30,11 @@ List *pending = NIL; // of PendingWrite *, oldest first, in TopTransactionContex
 bool callbacks_registered = false;
 
 char *redis_key_for(const char *table_key) {
+    // Table keys have no dot ([a-z_][a-z0-9_]*): a key with one is a cursor
+    // of pg_outbox's own, "<what>.<n>", kept at outbox_<what>.<n> (a
+    // re-sync job's: outbox_resync.<job>).
+    if (strchr(table_key, '.') != nullptr)
+        return psprintf("%soutbox_%s", redis_key_prefix ? redis_key_prefix : "", table_key);
     return psprintf("%soutbox_backfill.%s", redis_key_prefix ? redis_key_prefix : "", table_key);
 }
 

@@ -16,6 +16,9 @@
 
 namespace pgoutbox {
 
+// table_key: a registered table's key, or "resync.<job>" for a re-sync
+// job's cursor (Redis key outbox_resync.<job>).
+//
 // The cursor of table_key; a missing one is created as [0, 1] (at commit).
 // ERROR (naming the key and showing the value) when the stored value is not
 // a cursor; it is never reset silently.
