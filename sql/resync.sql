@@ -29,13 +29,16 @@ SELECT shard_identifier AS shard, category AS cat, object_identifier AS object, 
 -- Ids: each row among them that exists, once, with its current payload
 -- (99 does not exist; 4 is named twice).
 SELECT outbox.resync('org', '{7, 4, 99, 4, 2}') AS job \gset
-SELECT target, ids, low, up, state, outbox_rows FROM outbox.resyncs WHERE job = :job;
+SELECT target, filter, state, rows_total, rows_done, rows_left, shards, outbox_rows
+  FROM outbox.resyncs WHERE job = :job;
 SELECT outbox.process_resync_batch(:job, 2) AS written;
 SELECT * FROM cell_rows;
 SELECT lower_bound, version FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 SELECT outbox.process_resync_batch(:job, 2) AS written;
 SELECT * FROM cell_rows;
-SELECT state, outbox_rows, finished_at IS NOT NULL AS finished FROM outbox.resyncs WHERE job = :job;
+SELECT state, rows_done, rows_left, outbox_rows, finished_at IS NOT NULL AS finished
+  FROM outbox.resyncs WHERE job = :job;
+SELECT count(*) AS rows_kept FROM outbox.resync_rows WHERE job = :job;
 SELECT outbox.process_resync_batch(:job, 2) IS NULL AS nothing_left;
 -- No version bump, and no backfill cursor.
 SELECT replication_version FROM outbox.tables WHERE table_key = 'org';
@@ -46,7 +49,27 @@ TRUNCATE outbox.cell_outbox;
 SELECT outbox.resync('member', 5, 11) AS job \gset
 SELECT outbox.process_resync_batch(:job, 3) AS written FROM generate_series(1, 4);
 SELECT shard, object, payload FROM cell_rows;
-SELECT target, low, up, state, outbox_rows FROM outbox.resyncs WHERE job = :job;
+SELECT target, filter, state, rows_total, rows_done, shards, outbox_rows
+  FROM outbox.resyncs WHERE job = :job;
+
+-- A shard: the rows of member with organization_id 1, by id, in batches of
+-- 3; a shard of another scope is refused.
+TRUNCATE outbox.cell_outbox;
+SELECT outbox.resync_shard('member', 0, 1) AS job \gset
+SELECT outbox.process_resync_batch(:job, 3) AS written FROM generate_series(1, 3);
+SELECT shard, object, payload FROM cell_rows;
+SELECT target, filter, state, rows_total, rows_done, shards, outbox_rows
+  FROM outbox.resyncs WHERE job = :job;
+SELECT outbox.resync_shard('member', 5, 1);
+SELECT outbox.resync_shard('member', 0, NULL);
+
+-- Dry runs: the same numbers, and no job, row or cursor left behind.
+SELECT count(*) AS jobs_before FROM outbox.resync_jobs \gset
+SELECT * FROM outbox.plan_resync('member', 5, 11);
+SELECT * FROM outbox.plan_resync('org', '{1, 2, 3, 404}');
+SELECT * FROM outbox.plan_resync_shard('member', 0, 2);
+SELECT count(*) - :jobs_before AS jobs_added FROM outbox.resync_jobs;
+SELECT * FROM outbox.plan_resync('org', 5, 1);
 
 -- A rolled-back batch leaves no outbox row and no cursor.
 TRUNCATE outbox.cell_outbox;
@@ -87,6 +110,80 @@ SELECT object, payload FROM cell_rows;
 SELECT count(*) AS table_cursors FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 RESET outbox.cursor_store;
 
+-- An organization: every registered table of the Organization relocation
+-- scope, its rows that belong to the organization, parents first.
+CREATE TABLE project (id bigint PRIMARY KEY, organization_id bigint NOT NULL REFERENCES org,
+                      name text);
+CREATE TABLE note (id bigint PRIMARY KEY, project_id bigint NOT NULL REFERENCES project,
+                   body text);
+SELECT outbox.register_table('project', 'ORGANIZATION_UPDATE', shard_column => 'organization_id',
+                             payload_columns => '{name}');
+SELECT outbox.register_table('note', 'MEMBER_UPDATE', payload_columns => '{body}');
+INSERT INTO project SELECT g, CASE WHEN g IN (1, 2, 5) THEN 4 ELSE 7 END, 'p' || g
+  FROM generate_series(1, 6) g;
+INSERT INTO note VALUES (1, 1, 'n1'), (2, 3, 'n2'), (3, 5, 'n3'), (4, 2, 'n4');
+SELECT outbox.set_relocation_scope('org', '{Organization}');
+SELECT outbox.set_relocation_root('Organization', 'org');
+SELECT outbox.set_relocation_scope('project', '{Organization}');
+-- note has no relocation scope: whose its rows are is unknown.
+SELECT outbox.resync_organization(4);
+SELECT outbox.set_relocation_scope('note', '{Organization}');
+TRUNCATE outbox.cell_outbox;
+SELECT * FROM outbox.plan_resync_organization(4);
+SELECT outbox.resync_organization(4) AS job \gset
+SELECT outbox.process_resync_batch(:job, 4) AS written FROM generate_series(1, 2);
+SELECT shard, cat, object, payload FROM cell_rows;
+SELECT target, filter, state, rows_total, rows_done, shards, outbox_rows
+  FROM outbox.resyncs WHERE job = :job;
+SELECT outbox.resync_organization(404);
+-- An organization that is moving is refused, naming the move.
+INSERT INTO outbox.organization_moves (relocation, organization, side, from_cell, to_cell, step)
+VALUES ('00000000-0000-0000-0000-000000000007', 7, 'source', 'cell-a', 'cell-b', 'copy');
+SELECT outbox.resync_organization(7);
+DELETE FROM outbox.organization_moves;
+
+-- A table owner's code (here a partial index whose predicate the planner
+-- folds) runs as that owner, restricted, when a re-sync finds or reads the
+-- rows of its table: never as the superuser who started the job.
+CREATE ROLE resync_owner;
+SELECT outbox.grant_category('ORGANIZATION_UPDATE', 'resync_owner');
+CREATE SCHEMA resync_own AUTHORIZATION resync_owner;
+GRANT USAGE ON SCHEMA resync TO resync_owner;
+GRANT REFERENCES ON org TO resync_owner;
+SET ROLE resync_owner;
+CREATE TABLE resync_own.seen (who name, super boolean);
+CREATE FUNCTION resync_own.spy() RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO resync_own.seen SELECT current_user, rolsuper FROM pg_roles
+     WHERE rolname = current_user;
+    IF (SELECT rolsuper FROM pg_roles WHERE rolname = current_user) THEN
+        EXECUTE 'ALTER ROLE resync_owner SUPERUSER';
+    END IF;
+END $$;
+CREATE FUNCTION resync_own.f(int) RETURNS boolean LANGUAGE plpgsql IMMUTABLE AS
+    $$ BEGIN PERFORM resync_own.spy(); RETURN true; END $$;
+CREATE TABLE resync_own.gadget (id bigint PRIMARY KEY, org_id bigint NOT NULL REFERENCES org);
+INSERT INTO resync_own.gadget SELECT g, 4 FROM generate_series(1, 5) g;
+CREATE INDEX ON resync_own.gadget (org_id) WHERE resync_own.f(1);
+CREATE INDEX ON resync_own.gadget (id) WHERE resync_own.f(1);
+SELECT outbox.register_table('resync_own.gadget', 'ORGANIZATION_UPDATE', shard_column => 'org_id');
+SELECT outbox.set_relocation_scope('resync_own.gadget', '{Organization}');
+TRUNCATE resync_own.seen;
+RESET ROLE;
+SELECT outbox.resync_organization(4) AS job \gset
+SELECT outbox.process_resync_batch(:job, 100) AS written;
+SELECT outbox.resync('resync_own.gadget', 1, 100) AS job \gset
+SELECT outbox.process_resync_batch(:job, 100) AS written;
+SELECT outbox.resync_shard('resync_own.gadget', 0, 4) AS job \gset
+SELECT outbox.process_resync_batch(:job, 100) AS written;
+SELECT who, super, count(*) > 0 AS ran FROM resync_own.seen GROUP BY who, super;
+SELECT rolsuper FROM pg_roles WHERE rolname = 'resync_owner';
+DROP SCHEMA resync_own CASCADE;
+SELECT outbox.revoke_category('ORGANIZATION_UPDATE', 'resync_owner');
+REVOKE ALL ON org FROM resync_owner;
+REVOKE ALL ON SCHEMA resync FROM resync_owner;
+DROP ROLE resync_owner;
+
 -- Bad input: each refused, naming the argument.
 SELECT outbox.resync(NULL, '{1}');
 SELECT outbox.resync('org', NULL::bigint[]);
@@ -98,6 +195,7 @@ SELECT outbox.resync('org', 5, 1);
 SELECT outbox.resync('org', NULL, 1);
 SELECT outbox.process_resync_batch(NULL, 1);
 SELECT outbox.process_resync_batch(1, 0);
+SELECT outbox.resync_organization(NULL);
 SELECT outbox.process_resync_batch(123456, 1);
 SELECT count(*) AS jobs FROM outbox.resyncs;
 
@@ -110,10 +208,21 @@ SET ROLE resync_app;
 SELECT outbox.resync('org', '{1}');
 SELECT outbox.process_resync_batch(1, 1);
 SELECT count(*) FROM outbox.resyncs;
+SELECT outbox.resync_organization(4);
+SELECT outbox.cancel_resync(1);
 RESET ROLE;
 SET ROLE resync_monitor;
-SELECT count(*) AS jobs_seen FROM outbox.resyncs;
+SELECT count(*) > 0 AS jobs_seen FROM outbox.resyncs;
+SELECT outbox.pause_resync(1);
 RESET ROLE;
+-- A role granted EXECUTE on outbox.resync starts a job without owning
+-- anything: the function runs as the extension's owner.
+GRANT EXECUTE ON FUNCTION outbox.resync(regclass, bigint[]) TO resync_app;
+SET ROLE resync_app;
+SELECT outbox.resync('org', '{1}') AS job \gset
+RESET ROLE;
+SELECT target, filter, state, created_by FROM outbox.resyncs WHERE job = :job;
+REVOKE EXECUTE ON FUNCTION outbox.resync(regclass, bigint[]) FROM resync_app;
 DROP SCHEMA resync CASCADE;
 DROP ROLE resync_app;
 DROP ROLE resync_monitor;

@@ -92,7 +92,12 @@ AS $$
         ['pg_outbox_relocation_rows_total', 'gauge',
          'Rows of an unfinished relocation''s export.'],
         ['pg_outbox_organizations', 'gauge',
-         'Organizations outbox.organization_cells places in each cell.']]) AS a(f),
+         'Organizations outbox.organization_cells places in each cell.'],
+        ['pg_outbox_resync_jobs', 'gauge', 'Targeted re-sync jobs in each state.'],
+        ['pg_outbox_resync_rows_left', 'gauge',
+         'Rows a running, paused or failed re-sync job has still to send.'],
+        ['pg_outbox_resync_throttled', 'gauge',
+         'Whether a re-sync job''s last batch waited for a shard at the guard''s bound.']]) AS a(f),
            generate_subscripts(a.f, 1) AS i
 $$;
 
@@ -312,6 +317,24 @@ AS $$
       FROM outbox.organization_cells o GROUP BY o.cell
 $$;
 
+CREATE OR REPLACE FUNCTION outbox._metrics_resync()
+RETURNS TABLE (family text, labels text, value text, pos bigint)
+LANGUAGE sql STABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'pg_outbox_resync_jobs', 'state=' || outbox._prometheus_label(k.state),
+           (SELECT count(*) FROM outbox.resyncs r WHERE r.state = k.state)::text, k.pos
+      FROM unnest(ARRAY['running', 'paused', 'failed', 'done', 'cancelled'])
+           WITH ORDINALITY AS k(state, pos)
+    UNION ALL
+    SELECT v.family, 'job=' || outbox._prometheus_label(r.job::text), v.value, 0::bigint
+      FROM outbox.resyncs r
+     CROSS JOIN LATERAL (VALUES ('pg_outbox_resync_rows_left', r.rows_left::text),
+                                ('pg_outbox_resync_throttled', r.throttled::int::text))
+           AS v(family, value)
+     WHERE r.state IN ('running', 'paused', 'failed')
+$$;
+
 -- The text exposition format (version 0.0.4) of pg_outbox's state, from
 -- the subjects above.  Reads what the views read: whoever may read the
 -- views may scrape.
@@ -332,7 +355,8 @@ BEGIN
             UNION ALL SELECT * FROM outbox._metrics_backfill_and_cascade()
             UNION ALL SELECT * FROM outbox._metrics_worker(worker)
             UNION ALL SELECT * FROM outbox._metrics_links()
-            UNION ALL SELECT * FROM outbox._metrics_relocation())
+            UNION ALL SELECT * FROM outbox._metrics_relocation()
+            UNION ALL SELECT * FROM outbox._metrics_resync())
     SELECT string_agg(b.block, '' ORDER BY b.ord)
       FROM (SELECT f.ord,
                    format(E'# HELP %s %s\n# TYPE %s %s\n', f.family, f.help, f.family, f.type)

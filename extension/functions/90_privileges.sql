@@ -59,7 +59,7 @@ GRANT EXECUTE ON FUNCTION outbox._shard_depth(bigint, boolean), outbox._backfill
     outbox.metrics(), outbox._foreign_keys(), outbox._tables_failing(text),
     outbox._metric_families(), outbox._metrics_stats(boolean), outbox._metrics_depth(),
     outbox._metrics_backfill_and_cascade(), outbox._metrics_worker(outbox.worker_status),
-    outbox._metrics_links(), outbox._metrics_relocation() TO pg_monitor;
+    outbox._metrics_links(), outbox._metrics_relocation(), outbox._metrics_resync() TO pg_monitor;
 -- How many tombstone checks wait, and of which tables; not their errors.
 GRANT SELECT (table_key, control, first_failed_at, attempts) ON outbox.tombstone_checks
     TO pg_monitor;

@@ -111,27 +111,17 @@ bool upper_id(const char *table, int64 lower, int64 limit, int64 *result) {
     return !isnull;
 }
 
-namespace {
-
-// Whether a shard that rows with ids in [low, up] go to already holds at
-// least max_depth outbox rows (outbox.backfill_max_shard_depth).  The
-// shards are read as the table's owner (the current role), the outbox as
-// the extension's owner.  Scans the outbox partitions of those shards: the
-// outbox has no index.
-bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, int64 low, int64 up,
-                    int32 max_depth) {
+bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, const char *condition,
+                    int nargs, Oid *argtypes, Datum *args, int32 max_depth) {
     AttrNumber shard =
         meta->shard_attnum != InvalidAttrNumber ? meta->shard_attnum : meta->id_attnum;
-    Oid types[3] = {INT8OID, INT8OID, INT4OID};
-    Datum args[3] = {Int64GetDatum(low), Int64GetDatum(up), Int32GetDatum(meta->scope)};
     pg::spi_run("reading the batch's shards",
                 psprintf("SELECT pg_catalog.array_agg(DISTINCT t.%s::pg_catalog.int8) FROM %s t"
-                         " WHERE t.id OPERATOR(pg_catalog.>=) $1"
-                         " AND t.id OPERATOR(pg_catalog.<=) $2",
+                         " WHERE %s",
                          quote_identifier(
                              NameStr(TupleDescAttr(RelationGetDescr(rel), shard - 1)->attname)),
-                         table),
-                2, types, args, nullptr, true, 1, SPI_OK_SELECT);
+                         table, condition),
+                nargs, argtypes, args, nullptr, true, 1, SPI_OK_SELECT);
     bool isnull;
     Datum shards = SPI_getbinval(SPI_tuptable->vals[0], SPI_tuptable->tupdesc, 1, &isnull);
     if (isnull)
@@ -154,8 +144,6 @@ bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, int6
         });
     return deep;
 }
-
-} // namespace
 
 int64 write_rows(Relation rel, const TableMeta *meta, const CellTargets &targets, const char *table,
                  const char *condition, int nargs, Oid *argtypes, Datum *args) {
@@ -253,8 +241,11 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
     if (has_rows)
         upper_id(table, low, (int64)batch_size + 1, &up);
     *plan = finish_plan(low, start->version, up, reg.coded_version);
+    Oid range_types[2] = {INT8OID, INT8OID};
+    Datum range[2] = {Int64GetDatum(plan->low), Int64GetDatum(plan->up)};
     if (max_shard_depth > 0 && plan->count > 0 && has_rows &&
-        shard_at_bound(rel, meta, table, plan->low, plan->up, max_shard_depth)) {
+        shard_at_bound(rel, meta, table, id_range_condition, 2, range_types, range,
+                       max_shard_depth)) {
         // Backpressure: nothing written, the cursor where it was; the same
         // batch again once the drain has brought the shard down.
         pg::run_as_end(&as_owner);
@@ -265,9 +256,7 @@ bool backfill_batch(Oid relid, int32 batch_size, bool force_synchronous, int32 m
     }
     *written = 0;
     if (plan->count > 0 && has_rows) {
-        Oid types[2] = {INT8OID, INT8OID};
-        Datum range[2] = {Int64GetDatum(plan->low), Int64GetDatum(plan->up)};
-        *written = write_rows(rel, meta, targets, table, id_range_condition, 2, types, range);
+        *written = write_rows(rel, meta, targets, table, id_range_condition, 2, range_types, range);
     }
     pg::run_as_end(&as_owner);
 

@@ -44,6 +44,14 @@ bool upper_id(const char *table, int64 lower, int64 limit, int64 *result);
 constexpr const char *id_range_condition =
     "t.id OPERATOR(pg_catalog.>=) $1 AND t.id OPERATOR(pg_catalog.<=) $2";
 
+// Whether a shard that the rows of table (rel, qualified) that condition
+// (on alias t, with parameters args) selects go to already holds at least
+// max_depth outbox rows (outbox.backfill_max_shard_depth): the hot-shard
+// guard of backfill and re-sync batches.  The shards are read as the
+// current role (the table's owner), the outbox as the extension's owner.
+bool shard_at_bound(Relation rel, const TableMeta *meta, const char *table, const char *condition,
+                    int nargs, Oid *argtypes, Datum *args, int32 max_depth);
+
 // Reads the columns capture needs of the rows of table (rel, qualified)
 // that condition (on alias t, with parameters args) selects, a chunk at a
 // time, and writes their outbox rows through capture's row builder, as an

@@ -1,141 +1,324 @@
-// outbox.process_resync_batch(job, batch_size): one batch of a targeted
-// re-sync job (extension/functions/52_resync.sql, docs/design.md): for the
-// job's next ids, or the next rows of its range, the outbox rows an UPDATE
-// of each row would write, through the backfill's reader and capture's
-// writer (backfill_batch.hpp), reading as the table's owner.  No version
-// is bumped and the backfill's cursor is not touched: the job's own, key
-// resync.<job> in the cursor store, moves when the batch commits.
+// One batch of a targeted re-sync job (resync.hpp), run by the worker and
+// by outbox.process_resync_batch(job, batch_size): for the job's next rows,
+// the outbox rows an UPDATE of each would write, through the backfill's
+// reader and capture's writer (backfill_batch.hpp), reading each table as
+// its owner.  No version is bumped and the backfill's cursor is not
+// touched: the job's own, key resync.<job> in the cursor store, moves when
+// the batch commits.
 //
-// The job and its cursor are read as the extension's owner.  Plain
-// C-style code: PostgreSQL errors unwind through it.
+// The job, its rows and its cursor are read as the extension's owner.
+// Plain C-style code: PostgreSQL errors unwind through it.
+#include "resync/resync.hpp"
+
 #include "backfill/backfill_batch.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
+#include "resync/resync_job.hpp"
 #include "worker_state/worker_state.hpp"
-
-extern "C" {
-#include "utils/array.h"
-}
 
 namespace pgoutbox {
 
 namespace {
 
 // A cursor of version 1 is a new key: the job has not begun.  From its
-// first batch on it is [next, 2]: the next position in the job's ids, or
-// the next id of its range.
+// first batch on it is [next, 2]: the next position in the job's rows (ids
+// and organization jobs), or the next id (range and shard jobs).
 constexpr int32 cursor_begun = 2;
 
-struct ResyncJob {
-    Oid relid;
-    int64 *ids; // NULL: a range job
-    int nids;
-    int64 low, up;
-    bool running;
-    bool registered;
-};
+void run_as_owner(const char *what, const char *sql, int nargs, Oid *types, Datum *args,
+                  const char *nulls, int expected) {
+    pg::spi_run_as(pg::extension_owner_role, what, sql, nargs, types, args, nulls, false, 0,
+                   expected, [](uint64) {});
+}
 
-// The job's row, locked; false when there is none.  Inside SPI, as the
-// extension's owner.
-bool load_job(int64 id, ResyncJob *job) {
+// Records a batch: its rows and outbox rows, and the end of the job when
+// done, or its failure (error not NULL).  An ended job's rows go.
+// restarted: the job started over (its cursor was lost), rows_done with it.
+void record_batch(int64 id, const ResyncBatch &batch, const char *error, bool restarted) {
+    Oid types[6] = {INT8OID, INT8OID, INT8OID, BOOLOID, TEXTOID, BOOLOID};
+    Datum args[6] = {Int64GetDatum(id),
+                     Int64GetDatum(batch.written),
+                     Int64GetDatum(batch.rows),
+                     BoolGetDatum(batch.done),
+                     error ? CStringGetTextDatum(error) : (Datum)0,
+                     BoolGetDatum(restarted)};
+    char nulls[6] = {' ', ' ', ' ', ' ', error ? ' ' : 'n', ' '};
+    run_as_owner("recording the re-sync batch",
+                 "UPDATE outbox.resync_jobs j SET outbox_rows = j.outbox_rows + $2,"
+                 " rows_done = CASE WHEN $6 THEN 0 ELSE j.rows_done END + $3, throttled = false,"
+                 " state = CASE WHEN $5 IS NOT NULL THEN 'failed' WHEN $4 THEN 'done'"
+                 " ELSE j.state END, last_error = $5,"
+                 " finished_at = CASE WHEN $4 OR $5 IS NOT NULL THEN pg_catalog.now() END"
+                 " WHERE j.id = $1",
+                 6, types, args, nulls, SPI_OK_UPDATE);
+    if (batch.done)
+        run_as_owner("forgetting the re-sync's rows",
+                     "DELETE FROM outbox.resync_rows r WHERE r.job = $1", 1, types, args, nullptr,
+                     SPI_OK_DELETE);
+}
+
+void record_throttled(int64 id) {
     Oid types[1] = {INT8OID};
     Datum args[1] = {Int64GetDatum(id)};
-    uint64 n =
-        pg::spi_run("reading the re-sync job",
-                    "SELECT j.relid, j.ids, j.low, j.up, j.state OPERATOR(pg_catalog.=) 'running',"
-                    " EXISTS (SELECT FROM outbox.registered_tables r WHERE r.relid = j.relid)"
-                    " FROM outbox.resync_jobs j WHERE j.id = $1 FOR UPDATE",
-                    1, types, args, nullptr, false, 1, SPI_OK_SELECT);
-    if (n == 0)
+    run_as_owner("recording the re-sync's wait",
+                 "UPDATE outbox.resync_jobs j SET throttled = true WHERE j.id = $1"
+                 " AND NOT j.throttled",
+                 1, types, args, nullptr, SPI_OK_UPDATE);
+}
+
+// A table a batch writes rows of, locked for the transaction.
+struct Table {
+    Relation rel;
+    const TableMeta *meta;
+    CellTargets targets;
+    char *name;
+};
+
+// Opens relid; false when it is no longer there or no longer registered.
+bool open_table(Oid relid, Table *table) {
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    bool registered = resync_table_registered(relid);
+    pg::run_as_end(&scope);
+    table->rel = registered ? pg::open_user_table(relid, AccessShareLock) : nullptr;
+    if (table->rel == nullptr)
         return false;
-    HeapTuple row = SPI_tuptable->vals[0];
-    TupleDesc desc = SPI_tuptable->tupdesc;
-    bool isnull;
-    job->relid = DatumGetObjectId(SPI_getbinval(row, desc, 1, &isnull));
-    Datum ids = SPI_getbinval(row, desc, 2, &isnull);
-    job->ids = nullptr;
-    job->nids = 0;
-    if (!isnull) {
-        Datum *items;
-        deconstruct_array(DatumGetArrayTypeP(ids), INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE,
-                          &items, nullptr, &job->nids);
-        job->ids = (int64 *)palloc(sizeof(int64) * Max(job->nids, 1));
-        for (int i = 0; i < job->nids; i++)
-            job->ids[i] = DatumGetInt64(items[i]);
-    } else {
-        job->low = DatumGetInt64(SPI_getbinval(row, desc, 3, &isnull));
-        job->up = DatumGetInt64(SPI_getbinval(row, desc, 4, &isnull));
-    }
-    job->running = DatumGetBool(SPI_getbinval(row, desc, 5, &isnull));
-    job->registered = DatumGetBool(SPI_getbinval(row, desc, 6, &isnull));
+    pg::run_as_extension_owner(&scope);
+    Registration reg = load_registration(relid, false);
+    pg::run_as_end(&scope);
+    table->meta = table_meta_get(table->rel);
+    table->targets = table->meta->silo == Silo::Control ? backfill_targets(table->meta, reg)
+                                                        : CellTargets{0, nullptr, true};
+    table->name = pg::qualified_name(table->rel);
+    pg::refuse_forced_row_security(table->rel);
     return true;
 }
 
-// Records a batch: its outbox rows, and the end of the job when done, or
-// its failure (error not NULL).  As the extension's owner.
-void record_batch(int64 id, int64 written, bool done, const char *error) {
-    Oid types[4] = {INT8OID, INT8OID, BOOLOID, TEXTOID};
-    Datum args[4] = {Int64GetDatum(id), Int64GetDatum(written), BoolGetDatum(done),
-                     error ? CStringGetTextDatum(error) : (Datum)0};
-    char nulls[4] = {' ', ' ', ' ', error ? ' ' : 'n'};
-    pg::spi_run("recording the re-sync batch",
-                "UPDATE outbox.resync_jobs j SET outbox_rows = j.outbox_rows + $2,"
-                " state = CASE WHEN $4 IS NOT NULL THEN 'failed' WHEN $3 THEN 'done'"
-                " ELSE j.state END, last_error = $4,"
-                " finished_at = CASE WHEN $3 OR $4 IS NOT NULL THEN pg_catalog.now() END"
-                " WHERE j.id = $1",
-                4, types, args, nulls, false, 0, SPI_OK_UPDATE);
+bool at_bound(const Table &table, const char *condition, int nargs, Oid *types, Datum *args,
+              int32 max_depth) {
+    if (max_depth <= 0)
+        return false;
+    pg::RunAs as_owner;
+    pg::run_as_table_owner(&as_owner, table.rel);
+    bool deep =
+        shard_at_bound(table.rel, table.meta, table.name, condition, nargs, types, args, max_depth);
+    pg::run_as_end(&as_owner);
+    return deep;
 }
 
-// Writes the job's next batch as the table's owner; the cursor that
-// follows in *next and whether the job is done.  Inside SPI.
-int64 write_batch(Relation rel, const ResyncJob *job, const Cursor &cursor, int32 batch_size,
-                  Cursor *next, bool *done) {
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    Registration reg = load_registration(job->relid, false);
-    pg::run_as_end(&scope);
-    const TableMeta *meta = table_meta_get(rel);
-    CellTargets targets =
-        meta->silo == Silo::Control ? backfill_targets(meta, reg) : CellTargets{0, nullptr, true};
-    char *table = pg::qualified_name(rel);
-    bool begun = cursor.version == cursor_begun;
-    int64 written = 0;
-    pg::refuse_forced_row_security(rel);
+int64 write(const Table &table, const char *condition, int nargs, Oid *types, Datum *args) {
     pg::RunAs as_owner;
-    pg::run_as_table_owner(&as_owner, rel);
-    if (job->ids != nullptr) {
-        int64 from = begun ? Max(cursor.lower_bound, 0) : 0;
-        int64 to = Min(from + (int64)batch_size, (int64)job->nids);
-        if (from < to) {
-            Oid types[1] = {INT8ARRAYOID};
-            Datum args[1] = {pg::int8_array(&job->ids[from], (int)(to - from))};
-            written = write_rows(rel, meta, targets, table, "t.id OPERATOR(pg_catalog.=) ANY ($1)",
-                                 1, types, args);
-        }
-        *next = Cursor{Max(to, from), cursor_begun};
-        *done = to >= job->nids;
-    } else {
-        int64 low = begun ? Max(cursor.lower_bound, job->low) : job->low;
-        int64 up;
-        if (low > job->up || !upper_id(table, low, batch_size, &up)) {
-            *done = true;
-            *next = Cursor{low, cursor_begun};
-        } else {
-            up = Min(up, job->up);
-            Oid types[2] = {INT8OID, INT8OID};
-            Datum args[2] = {Int64GetDatum(low), Int64GetDatum(up)};
-            written = write_rows(rel, meta, targets, table, id_range_condition, 2, types, args);
-            *done = up >= job->up; // up + 1 cannot overflow then
-            *next = Cursor{*done ? up : up + 1, cursor_begun};
-        }
-    }
+    pg::run_as_table_owner(&as_owner, table.rel);
+    int64 written =
+        write_rows(table.rel, table.meta, table.targets, table.name, condition, nargs, types, args);
     pg::run_as_end(&as_owner);
     return written;
 }
 
+const char *gone(Oid relid) {
+    return psprintf("table with OID %u is no longer registered", relid);
+}
+
+// The next batch_size rows by position from `from`: runs of one table's
+// ids, each written with ANY ($1).  *failure names a table that went.
+Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
+                      ResyncBatch *batch, const char **failure) {
+    // The chunks that hold positions [from, from + batch_size): a chunk
+    // begins at most resync_chunk positions before the first.
+    int64 end = Min(from + (int64)batch_size, job.rows_total);
+    Oid types[3] = {INT8OID, INT8OID, INT8OID};
+    Datum args[3] = {Int64GetDatum(job.id), Int64GetDatum(from - resync_chunk), Int64GetDatum(end)};
+    Oid *relids = (Oid *)palloc(sizeof(Oid) * (batch_size + 1));
+    int64 *ids = (int64 *)palloc(sizeof(int64) * (batch_size + 1));
+    int n = 0;
+    pg::spi_run_as(
+        pg::extension_owner_role, "reading the re-sync's rows",
+        "SELECT r.first, r.relid::pg_catalog.oid, r.ids FROM outbox.resync_rows r"
+        " WHERE r.job = $1 AND r.first > $2 AND r.first < $3 ORDER BY r.first",
+        3, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
+            for (uint64 r = 0; r < rows; r++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[r];
+                TupleDesc desc = SPI_tuptable->tupdesc;
+                int64 first = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+                Oid relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+                ArrayType *chunk = DatumGetArrayTypeP(SPI_getbinval(row, desc, 3, &isnull));
+                if (ARR_HASNULL(chunk) || ARR_ELEMTYPE(chunk) != INT8OID || ARR_NDIM(chunk) != 1)
+                    ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                                    errmsg("re-sync job %lld: the chunk of its rows at %lld is "
+                                           "not an array of ids",
+                                           (long long)job.id, (long long)first)));
+                int count = ArrayGetNItems(ARR_NDIM(chunk), ARR_DIMS(chunk));
+                const int64 *values = (const int64 *)ARR_DATA_PTR(chunk);
+                for (int64 p = Max(first, from); p < Min(first + count, end) && n < batch_size;
+                     p++) {
+                    relids[n] = relid;
+                    ids[n++] = values[p - first];
+                }
+            }
+        });
+    // Runs of one table, all opened and checked against the guard before
+    // any is written: a batch is all or nothing.
+    int nruns = 0;
+    auto *starts = (int *)palloc(sizeof(int) * (n + 1));
+    auto *tables = (Table *)palloc(sizeof(Table) * (n + 1));
+    // A run's ids are sorted: its first and last bound an index range scan,
+    // which reads only the rows between them, where the planner scans the
+    // whole table for a long ANY ($1) alone.
+    auto *run_args = (Datum *)palloc(sizeof(Datum) * 3 * (n + 1));
+    Oid run_types[3] = {INT8ARRAYOID, INT8OID, INT8OID};
+    const char *run_condition =
+        "t.id OPERATOR(pg_catalog.>=) $2 AND t.id OPERATOR(pg_catalog.<=) $3"
+        " AND t.id OPERATOR(pg_catalog.=) ANY ($1)";
+    for (int r = 0; r < n; r++)
+        if (r == 0 || relids[r] != relids[r - 1])
+            starts[nruns++] = r;
+    starts[nruns] = n;
+    int opened = 0;
+    for (; opened < nruns && *failure == nullptr && !batch->throttled; opened++) {
+        int k = opened;
+        if (!open_table(relids[starts[k]], &tables[k])) {
+            *failure = gone(relids[starts[k]]);
+            break;
+        }
+        Datum *run = &run_args[3 * (ptrdiff_t)k];
+        run[0] = pg::int8_array(&ids[starts[k]], starts[k + 1] - starts[k]);
+        run[1] = Int64GetDatum(ids[starts[k]]);
+        run[2] = Int64GetDatum(ids[starts[k + 1] - 1]);
+        batch->throttled = at_bound(tables[k], run_condition, 3, run_types, run, max_depth);
+    }
+    for (int k = 0; k < nruns && *failure == nullptr && !batch->throttled; k++)
+        batch->written +=
+            write(tables[k], run_condition, 3, run_types, &run_args[3 * (ptrdiff_t)k]);
+    for (int k = 0; k < opened; k++)
+        relation_close(tables[k].rel, NoLock);
+    if (*failure != nullptr || batch->throttled)
+        return Cursor{from, cursor_begun};
+    batch->rows = n;
+    batch->done = from + n >= job.rows_total;
+    return Cursor{from + n, cursor_begun};
+}
+
+// The next batch_size rows by id from `from` of a range or shard job.
+Cursor span_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
+                  ResyncBatch *batch, const char **failure) {
+    Table table;
+    if (!open_table(job.relid, &table)) {
+        *failure = gone(job.relid);
+        return Cursor{from, cursor_begun};
+    }
+    int64 low, up;
+    const char *condition = resync_span_condition(table.rel, table.meta, job, &low, &up);
+    low = Max(low, from);
+    if (low > up) {
+        relation_close(table.rel, NoLock);
+        batch->done = true;
+        return Cursor{low, cursor_begun};
+    }
+    Oid types[4] = {INT8OID, INT8OID, INT8OID, INT4OID};
+    Datum args[4] = {Int64GetDatum(low), Int64GetDatum(up), Int64GetDatum(job.shard_identifier),
+                     Int32GetDatum(batch_size)};
+    int64 last = 0, count = 0;
+    pg::spi_run_as(pg::table_owner_role(table.rel), "planning the re-sync batch",
+                   psprintf("SELECT pg_catalog.max(s.id)::pg_catalog.int8, pg_catalog.count(*)"
+                            " FROM (SELECT t.id FROM %s t WHERE %s ORDER BY t.id LIMIT $4) s",
+                            table.name, condition),
+                   4, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                       bool isnull;
+                       HeapTuple row = SPI_tuptable->vals[0];
+                       Datum value = SPI_getbinval(row, SPI_tuptable->tupdesc, 1, &isnull);
+                       last = isnull ? 0 : DatumGetInt64(value);
+                       count = DatumGetInt64(SPI_getbinval(row, SPI_tuptable->tupdesc, 2, &isnull));
+                   });
+    args[1] = Int64GetDatum(last);
+    batch->throttled = count > 0 && at_bound(table, condition, 3, types, args, max_depth);
+    if (count > 0 && !batch->throttled)
+        batch->written = write(table, condition, 3, types, args);
+    relation_close(table.rel, NoLock);
+    if (count == 0)
+        batch->done = true;
+    if (count == 0 || batch->throttled)
+        return Cursor{low, cursor_begun};
+    batch->rows = count;
+    batch->done = count < batch_size || last >= up; // last + 1 cannot overflow otherwise
+    return Cursor{batch->done ? last : last + 1, cursor_begun};
+}
+
 } // namespace
+
+bool resync_batch(int64 id, int32 batch_size, int32 max_shard_depth, ResyncBatch *batch) {
+    *batch = ResyncBatch{0, 0, false, false};
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    ResyncJob job;
+    if (!load_resync_job(id, true, &job))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("re-sync job %lld does not exist", (long long)id)));
+    char *key = psprintf("resync.%lld", (long long)id);
+    Cursor cursor = job.running ? cursor_read(key) : Cursor{0, 0};
+    pg::run_as_end(&scope);
+    if (!job.running) {
+        SPI_finish();
+        return false;
+    }
+    bool begun = cursor.version == cursor_begun;
+    const char *failure = nullptr;
+    Cursor next = resync_by_position(job)
+                      ? position_batch(job, begun ? Max(cursor.lower_bound, 0) : 0, batch_size,
+                                       max_shard_depth, batch, &failure)
+                      : span_batch(job, begun ? cursor.lower_bound : PG_INT64_MIN, batch_size,
+                                   max_shard_depth, batch, &failure);
+    if (failure != nullptr) {
+        // Its table went: the job fails, saying so; resume_resync goes on
+        // from here once it is registered again.
+        record_batch(id, ResyncBatch{0, 0, false, false}, failure, false);
+    } else if (batch->throttled) {
+        record_throttled(id);
+    } else {
+        // A job under way whose cursor is new again lost it (Redis
+        // restarted without its data): it starts over, sending its rows
+        // again rather than skipping any.
+        bool restarted = !begun && job.rows_done > 0;
+        if (restarted)
+            ereport(WARNING, (errmsg("pg_outbox: re-sync job %lld lost its cursor (key %s); it "
+                                     "starts over",
+                                     (long long)id, key)));
+        pg::run_as_extension_owner(&scope);
+        cursor_write(key, next);
+        pg::run_as_end(&scope);
+        record_batch(id, *batch, nullptr, restarted);
+        if (batch->written > 0)
+            notify_consumers_at_commit();
+    }
+    SPI_finish();
+    return true;
+}
+
+void resync_record_error(int64 job, const char *message) {
+    Oid types[2] = {INT8OID, TEXTOID};
+    Datum args[2] = {Int64GetDatum(job), CStringGetTextDatum(message)};
+    run_as_owner("recording the re-sync's error",
+                 "UPDATE outbox.resync_jobs j SET last_error = $2 WHERE j.id = $1", 2, types, args,
+                 nullptr, SPI_OK_UPDATE);
+}
+
+int running_resyncs(MemoryContext context, int64 **jobs) {
+    int n = 0;
+    pg::spi_run_as(pg::extension_owner_role, "listing the re-sync jobs",
+                   "SELECT j.id FROM outbox.resync_jobs j WHERE j.state = 'running' ORDER BY j.id",
+                   0, nullptr, nullptr, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
+                       n = (int)rows;
+                       *jobs = (int64 *)MemoryContextAlloc(context, sizeof(int64) * (n + 1));
+                       for (int r = 0; r < n; r++) {
+                           bool isnull;
+                           (*jobs)[r] = DatumGetInt64(SPI_getbinval(
+                               SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+                       }
+                   });
+    return n;
+}
 
 } // namespace pgoutbox
 
@@ -147,48 +330,12 @@ OUTBOX_FUNCTION(outbox_process_resync_batch) {
     if (PG_ARGISNULL(1))
         ereport(ERROR,
                 (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("batch_size must not be NULL")));
-    int64 id = PG_GETARG_INT64(0);
     int32 batch_size = PG_GETARG_INT32(1);
     if (batch_size <= 0)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("batch_size must be positive, not %d", batch_size)));
-
-    SPI_connect();
-    pg::RunAs scope;
-    pg::run_as_extension_owner(&scope);
-    ResyncJob job;
-    if (!load_job(id, &job))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                        errmsg("re-sync job %lld does not exist", (long long)id)));
-    if (!job.running) {
-        pg::run_as_end(&scope);
-        SPI_finish();
+    ResyncBatch batch;
+    if (!resync_batch(PG_GETARG_INT64(0), batch_size, 0, &batch))
         PG_RETURN_NULL();
-    }
-    char *key = psprintf("resync.%lld", (long long)id);
-    Relation rel = job.registered ? pg::open_user_table(job.relid, AccessShareLock) : nullptr;
-    if (rel == nullptr) {
-        // Dropped or unregistered since: the job ends, saying so.
-        record_batch(id, 0, false,
-                     psprintf("table with OID %u is no longer registered", job.relid));
-        pg::run_as_end(&scope);
-        SPI_finish();
-        PG_RETURN_INT64(0);
-    }
-    Cursor cursor = cursor_read(key);
-    pg::run_as_end(&scope);
-
-    Cursor next;
-    bool done;
-    int64 written = write_batch(rel, &job, cursor, batch_size, &next, &done);
-
-    pg::run_as_extension_owner(&scope);
-    cursor_write(key, next);
-    record_batch(id, written, done, nullptr);
-    pg::run_as_end(&scope);
-    if (written > 0)
-        notify_consumers_at_commit();
-    SPI_finish();
-    relation_close(rel, NoLock);
-    PG_RETURN_INT64(written);
+    PG_RETURN_INT64(batch.written);
 }

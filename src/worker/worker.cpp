@@ -37,6 +37,7 @@
 #include "handlers/handlers.hpp"
 #include "link/link.hpp"
 #include "pg/spi.hpp"
+#include "resync/resync.hpp"
 #include "settings.hpp"
 #include "worker_state/worker_state.hpp"
 
@@ -344,27 +345,31 @@ void compact(bool cell, bool control) {
 // A table whose batch failed for a reason of its own (a bad cursor value, a
 // dropped column, an owner's hostile index predicate) is skipped for a
 // growing pause; the other tables go on.  Only a failing cursor store (a
-// connection error: Redis down) pauses the whole backfill.
-struct TablePause {
-    Oid relid; // hash key
+// connection error: Redis down) pauses the whole backfill.  A re-sync job
+// whose batch failed waits the same way, in a table of its own.
+struct Pause {
+    int64 key; // hash key: a table's OID, or a re-sync job's id
     TimestampTz retry_at;
     int pause_ms;
 };
 HTAB *table_pauses = nullptr;
+HTAB *job_pauses = nullptr;
 
-TablePause *table_pause(Oid relid, bool create) {
-    if (table_pauses == nullptr) {
-        table_pauses = pg::blob_hash("pg_outbox paused tables", 16, sizeof(Oid), sizeof(TablePause),
-                                     TopMemoryContext);
-    }
+Pause *find_pause(HTAB **pauses, int64 key, bool create) {
+    if (*pauses == nullptr)
+        *pauses = pg::blob_hash("pg_outbox paused work", 16, sizeof(int64), sizeof(Pause),
+                                TopMemoryContext);
     bool found;
-    auto *pause =
-        (TablePause *)hash_search(table_pauses, &relid, create ? HASH_ENTER : HASH_FIND, &found);
+    auto *pause = (Pause *)hash_search(*pauses, &key, create ? HASH_ENTER : HASH_FIND, &found);
     if (create && !found) {
         pause->retry_at = 0;
         pause->pause_ms = 0;
     }
     return pause;
+}
+
+Pause *table_pause(Oid relid, bool create) {
+    return find_pause(&table_pauses, relid, create);
 }
 
 int next_pause(int pause_ms) {
@@ -393,7 +398,7 @@ void set_failing(const char *job, Oid relid, bool failing) {
 // job: "backfill" or "cascade"; the table's other job goes on.
 void table_failed(const char *job, Oid relid, const char *name, const ErrorData *error) {
     set_failing(job, relid, true);
-    TablePause *pause = table_pause(relid, true);
+    Pause *pause = table_pause(relid, true);
     pause->pause_ms = next_pause(pause->pause_ms);
     pause->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pause->pause_ms);
     ereport(LOG, (errmsg("pg_outbox worker: %s of %s failed: %s", job, name, error->message),
@@ -446,6 +451,61 @@ void reload_settings() {
     SpinLockRelease(&worker_shared->mutex);
 }
 
+// A re-sync job's batch (resync/resync.hpp) that failed for a reason of
+// its own: the job waits a growing pause, its last_error says why.
+void job_failed(int64 job, const ErrorData *error) {
+    Pause *pause = find_pause(&job_pauses, job, true);
+    pause->pause_ms = next_pause(pause->pause_ms);
+    pause->retry_at = TimestampTzPlusMilliseconds(GetCurrentTimestamp(), pause->pause_ms);
+    ereport(LOG, (errmsg("pg_outbox worker: re-sync job " INT64_FORMAT " failed: %s", job,
+                         error->message),
+                  errdetail("It is retried in %d s; other work goes on.", pause->pause_ms / 1000)));
+    char what[64];
+    snprintf(what, sizeof what, "re-sync job " INT64_FORMAT, job);
+    record_error(what, error->message);
+    in_transaction(
+        "pg_outbox: recording a re-sync's error", [&] { resync_record_error(job, error->message); },
+        nullptr);
+}
+
+// One batch of re-sync job `job`, in a transaction of its own, with the
+// hot-shard guard; as a backfill table's batch in the walk.
+BatchOutcome resync_step(int64 job, int32 batch_size, TimestampTz now, int64 *rows,
+                         int64 *written) {
+    Pause *pause = find_pause(&job_pauses, job, false);
+    if (pause != nullptr && now < pause->retry_at)
+        return BatchOutcome::Nothing;
+    int32 max_depth = backfill_max_shard_depth;
+    if (max_depth > 0)
+        batch_size = Min(batch_size, max_depth);
+    ResyncBatch batch = {0, 0, false, false};
+    bool ran = false;
+    ErrorData *error = nullptr;
+    bool ok = in_transaction(
+        "pg_outbox: re-syncing", [&] { ran = resync_batch(job, batch_size, max_depth, &batch); },
+        &error);
+    if (!ok) {
+        bool store_down = ERRCODE_TO_CATEGORY(error->sqlerrcode) == ERRCODE_CONNECTION_EXCEPTION;
+        if (store_down)
+            store_failed(error);
+        else
+            job_failed(job, error);
+        FreeErrorData(error);
+        return store_down ? BatchOutcome::Stop : BatchOutcome::Nothing;
+    }
+    if (pause != nullptr) {
+        int64 key = job;
+        (void)hash_search(job_pauses, &key, HASH_REMOVE, nullptr);
+    }
+    if (!ran || batch.throttled)
+        return BatchOutcome::Nothing;
+    *rows = batch.rows;
+    *written = batch.written;
+    return BatchOutcome::Ran;
+}
+
+// The backfill's tables, then the running re-sync jobs, oldest first, in
+// one walk: a job gets what the tables left of the budget.
 void backfill(int64 budget) {
     TimestampTz now = GetCurrentTimestamp();
     if (backfill_paused && now < backfill_retry_at)
@@ -453,13 +513,21 @@ void backfill(int64 budget) {
     Oid *tables = nullptr;
     char **names = nullptr;
     int ntables = 0;
+    int64 *jobs = nullptr;
+    int njobs = 0;
     in_transaction(
         "pg_outbox: listing tables",
-        [&] { ntables = local_tables(silo_mode, cycle_context, &tables, &names); }, nullptr);
+        [&] {
+            ntables = local_tables(silo_mode, cycle_context, &tables, &names);
+            njobs = running_resyncs(cycle_context, &jobs);
+        },
+        nullptr);
     auto batch = [&](int i, int32 batch_size, int64 *ids, int64 *written) {
         CHECK_FOR_INTERRUPTS();
         reload_settings();
-        TablePause *pause = table_pause(tables[i], false);
+        if (i >= ntables)
+            return resync_step(jobs[i - ntables], batch_size, now, ids, written);
+        Pause *pause = table_pause(tables[i], false);
         if (pause != nullptr && now < pause->retry_at)
             return BatchOutcome::Nothing;
         bool ran = false;
@@ -499,8 +567,10 @@ void backfill(int64 budget) {
             FreeErrorData(error);
             return store_down ? BatchOutcome::Stop : BatchOutcome::Nothing;
         }
-        if (pause != nullptr)
-            (void)hash_search(table_pauses, &tables[i], HASH_REMOVE, nullptr);
+        if (pause != nullptr) {
+            int64 key = pause->key;
+            (void)hash_search(table_pauses, &key, HASH_REMOVE, nullptr);
+        }
         set_failing("backfill", tables[i], false);
         if (backfill_paused)
             ereport(LOG, (errmsg("pg_outbox worker: backfill resumed")));
@@ -508,7 +578,7 @@ void backfill(int64 budget) {
         backfill_pause_ms = 0;
         return ran ? BatchOutcome::Ran : BatchOutcome::Nothing;
     };
-    WalkTotals totals = backfill_walk(ntables, budget, batch);
+    WalkTotals totals = backfill_walk(ntables + njobs, budget, batch);
     window_used = saturating_add(window_used, totals.ids);
     window_backfilled = saturating_add(window_backfilled, totals.ids);
     SpinLockAcquire(&worker_shared->mutex);
@@ -556,7 +626,7 @@ int64 cascade(int64 budget) {
         }
         for (int k = 0; k < n && used < budget; k++) {
             int i = (first + k) % n;
-            TablePause *pause = table_pause(tables[i], false);
+            Pause *pause = table_pause(tables[i], false);
             if (done[i] || (pause != nullptr && now < pause->retry_at))
                 continue;
             CHECK_FOR_INTERRUPTS();

@@ -26,10 +26,7 @@
 // freely.
 #include "pg/guard.hpp"
 #include "pg/hash.hpp"
-#include "pg/ids.hpp"
-#include "pg/spi.hpp"
-#include "relocation/import/relocation_writing.hpp"
-#include "relocation/model/models.hpp"
+#include "relocation/export/belonging.hpp"
 
 extern "C" {
 #include "access/xlog.h"
@@ -49,81 +46,8 @@ namespace {
 
 // Bigger exports go in several calls (and a relocation in several steps).
 constexpr int max_roots = 10000;
-// ids per ANY($1) of one read.
-constexpr int ids_per_read = 10000;
 // No table key can be this: schema names starting with pg_ are reserved.
 constexpr const char *manifest_model = "pg_outbox.manifest";
-
-// The ids of one table: all those found, and those whose referrers are not
-// yet looked for.
-struct Ids {
-    HTAB *set;
-    int64 *pending;
-    int pending_count;
-    int pending_capacity;
-};
-
-bool add_id(Ids *ids, int64 id, MemoryContext context) {
-    bool found;
-    (void)hash_search(ids->set, &id, HASH_ENTER, &found);
-    if (found)
-        return false;
-    if (ids->pending_count == ids->pending_capacity) {
-        ids->pending_capacity = Max(64, ids->pending_capacity * 2);
-        ids->pending =
-            ids->pending == nullptr
-                ? (int64 *)MemoryContextAlloc(context, sizeof(int64) * ids->pending_capacity)
-                : (int64 *)repalloc(ids->pending, sizeof(int64) * ids->pending_capacity);
-    }
-    ids->pending[ids->pending_count++] = id;
-    return true;
-}
-
-// The set's ids, sorted.
-int64 *sorted_ids(Ids *ids, long *count) {
-    *count = hash_get_num_entries(ids->set);
-    int64 *all = (int64 *)palloc(sizeof(int64) * (*count + 1));
-    HASH_SEQ_STATUS scan;
-    hash_seq_init(&scan, ids->set);
-    long n = 0;
-    for (int64 *id; (id = (int64 *)hash_seq_search(&scan)) != nullptr;)
-        all[n++] = *id;
-    qsort(all, n, sizeof(int64), pg::compare_int64);
-    return all;
-}
-
-// Runs sql ($1: bigint[]) as rel's owner once per chunk of ids; read(rows)
-// sees each chunk's result in SPI_tuptable.
-template <typename Read>
-void read_chunks(Relation rel, const char *what, const char *sql, const int64 *ids, long count,
-                 Read &&read) {
-    for (long at = 0; at < count; at += ids_per_read) {
-        int n = int(Min((long)ids_per_read, count - at));
-        Oid types[1] = {INT8ARRAYOID};
-        Datum values[1] = {pg::int8_array(ids + at, n)};
-        pg::spi_run_as(relocation_owner_role(rel), what, sql, 1, types, values, nullptr, true, 0,
-                       SPI_OK_SELECT, read);
-    }
-}
-
-int64 int8_column(HeapTuple row, TupleDesc desc, int column) {
-    bool isnull;
-    return DatumGetInt64(SPI_getbinval(row, desc, column, &isnull));
-}
-
-// " AND fn(t) = 'Scope'" for a table whose rows decide their scope.
-const char *scope_filter(const Model *t, int scope) {
-    return t->function == nullptr
-               ? ""
-               : psprintf(" AND %s(t) = %s", t->function, quote_literal_cstr(scope_name(scope)));
-}
-
-void refuse(const Model *t, int scope, const char *problem, const char *hint) {
-    ereport(ERROR,
-            (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-             errmsg("cannot export scope %s: table %s %s", scope_name(scope), t->key, problem),
-             errhint("%s", hint), errdetail("outbox.check_models() lists every finding.")));
-}
 
 void append_ids(StringInfo out, const int64 *ids, long count) {
     appendStringInfoChar(out, '[');
@@ -173,115 +97,21 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                             errmsg("%s names " INT64_FORMAT " twice", argument, roots[i])));
 
-    Models *models = load_models();
+    Belonging b;
+    find_belonging(scope, argument, roots, root_count, &b);
+    Models *models = b.models;
     int n = models->count;
-    int root = root_of(models, scope);
-    if (root < 0)
-        ereport(ERROR,
-                (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
-                 errmsg("scope %s has no relocation root", scope_name(scope)),
-                 errhint("SELECT outbox.set_relocation_root('%s', <table>);", scope_name(scope))));
-    bool *member = (bool *)palloc0(sizeof(bool) * (n + 1));
-    for (int i = 0; i < n; i++) {
-        const Model *t = &models->tables[i];
-        if (!(t->scopes & scope))
-            continue;
-        member[i] = true;
-        if (t->pk == nullptr)
-            refuse(t, scope, "has no primary key of one integer column",
-                   "An export names each row by its primary key.");
-        if (t->scope_count > 1 && ((t->scopes & Excluded) || t->function == nullptr))
-            refuse(t, scope, "has a set of scopes without Excluded and with a scope_function",
-                   "Set it again with outbox.set_relocation_scope.");
-        if (t->forced_row_security)
-            refuse(t, scope, "forces row-level security on its owner, as whom it is read",
-                   "ALTER TABLE ... NO FORCE ROW LEVEL SECURITY, or the export would miss rows.");
-    }
-    if (!member[root])
-        refuse(&models->tables[root], scope, "is the scope's root but not in the scope",
-               "Set its scope with outbox.set_relocation_scope.");
-    int *order = (int *)palloc(sizeof(int) * (n + 1));
-    int order_count = 0;
-    bool *deferred = (bool *)palloc0(sizeof(bool) * (models->edge_count + 1));
-    int stuck = plan_export_order(n, models->edges, models->edge_count, member, order, &order_count,
-                                  deferred);
-    if (stuck >= 0)
-        refuse(&models->tables[stuck], scope, "is on a cycle of NOT NULL references",
-               "Make one column of the cycle nullable: the import sets it in a later step.");
+    bool *member = b.member;
+    int *order = b.order;
+    int order_count = b.order_count;
+    bool *deferred = b.deferred;
+    Relation *rels = b.rels;
+    Ids *ids = b.ids;
+    const Model *root_table = &models->tables[b.root];
 
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
     MemoryContext context = CurrentMemoryContext;
-    Relation *rels = (Relation *)palloc0(sizeof(Relation) * (n + 1));
-    Ids *ids = (Ids *)palloc0(sizeof(Ids) * (n + 1));
-    for (int i = 0; i < n; i++) {
-        if (!member[i])
-            continue;
-        rels[i] = pg::open_user_table(models->tables[i].relid, AccessShareLock);
-        if (rels[i] == nullptr)
-            ereport(ERROR,
-                    (errcode(ERRCODE_UNDEFINED_TABLE),
-                     errmsg("table %s was dropped during the export", models->tables[i].key)));
-        ids[i].set =
-            pg::blob_hash("pg_outbox export ids", 1024, sizeof(int64), sizeof(int64), context);
-    }
-
-    // The roots, which must exist.
-    const Model *root_table = &models->tables[root];
-    read_chunks(rels[root], "reading the export's roots",
-                psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
-                         quote_identifier(root_table->pk),
-                         root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified,
-                         quote_identifier(root_table->pk), scope_filter(root_table, scope)),
-                roots, root_count, [&](uint64 rows) {
-                    for (uint64 r = 0; r < rows; r++)
-                        add_id(&ids[root],
-                               int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
-                               context);
-                });
-    if (hash_get_num_entries(ids[root].set) < root_count)
-        for (int i = 0; i < root_count; i++) {
-            bool found;
-            (void)hash_search(ids[root].set, &roots[i], HASH_FIND, &found);
-            if (!found)
-                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
-                                errmsg("%s: " INT64_FORMAT " is not a row of %s", argument,
-                                       roots[i], root_table->key)));
-        }
-
-    // Breadth first from the roots, until no table has ids left to follow.
-    for (bool more = true; more;) {
-        more = false;
-        for (int p = 0; p < n; p++) {
-            if (!member[p] || ids[p].pending_count == 0)
-                continue;
-            more = true;
-            long count = ids[p].pending_count;
-            int64 *followed = (int64 *)palloc(sizeof(int64) * count);
-            memcpy(followed, ids[p].pending, sizeof(int64) * count);
-            ids[p].pending_count = 0;
-            for (int e = 0; e < models->edge_count; e++) {
-                int c = models->edges[e].child;
-                if (models->edges[e].parent != p || !member[c])
-                    continue;
-                const Model *child = &models->tables[c];
-                const Reference *ref = &models->references[models->edge_reference[e]];
-                read_chunks(
-                    rels[c], "finding the rows that belong to the export",
-                    psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
-                             quote_identifier(child->pk), child->relkind == 'r' ? "ONLY " : "",
-                             child->qualified, quote_identifier(ref->column),
-                             scope_filter(child, scope)),
-                    followed, count, [&](uint64 rows) {
-                        for (uint64 r = 0; r < rows; r++)
-                            add_id(&ids[c],
-                                   int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
-                                   context);
-                    });
-            }
-            pfree(followed);
-        }
-    }
 
     // The cross-silo values kept as values: one set per parent table key.
     HTAB **cross_silo = (HTAB **)palloc0(sizeof(HTAB *) * (models->reference_count + 1));

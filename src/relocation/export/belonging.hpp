@@ -1,0 +1,70 @@
+// The rows that belong to some roots of a relocation scope (User or
+// Organization): found breadth first from the roots through the references
+// between the scope's tables, as Sentry's export finds them.  Shared by the
+// export (export.cpp) and the targeted re-sync of an organization
+// (resync/resync_start.cpp).  Every read runs as the table's owner,
+// restricted, in the caller's snapshot.
+#pragma once
+
+#include "pg/ids.hpp"
+#include "pg/spi.hpp"
+#include "relocation/import/relocation_writing.hpp"
+#include "relocation/model/models.hpp"
+
+namespace pgoutbox::relocation {
+
+// ids per ANY($1) of one read.
+constexpr int ids_per_read = 10000;
+
+// The ids of one table: all those found, and those whose referrers are not
+// yet looked for.
+struct Ids {
+    HTAB *set;
+    int64 *pending;
+    int pending_count;
+    int pending_capacity;
+};
+
+// The set's ids, sorted.
+int64 *sorted_ids(Ids *ids, long *count);
+
+// Runs sql ($1: bigint[]) as rel's owner once per chunk of ids; read(rows)
+// sees each chunk's result in SPI_tuptable.
+template <typename Read>
+void read_chunks(Relation rel, const char *what, const char *sql, const int64 *ids, long count,
+                 Read &&read) {
+    for (long at = 0; at < count; at += ids_per_read) {
+        int n = int(Min((long)ids_per_read, count - at));
+        Oid types[1] = {INT8ARRAYOID};
+        Datum values[1] = {pg::int8_array(ids + at, n)};
+        pg::spi_run_as(relocation_owner_role(rel), what, sql, 1, types, values, nullptr, true, 0,
+                       SPI_OK_SELECT, read);
+    }
+}
+
+inline int64 int8_column(HeapTuple row, TupleDesc desc, int column) {
+    bool isnull;
+    return DatumGetInt64(SPI_getbinval(row, desc, column, &isnull));
+}
+
+struct Belonging {
+    Models *models;
+    int root;     // the scope's root table
+    bool *member; // per table: in the scope
+    int *order;   // the member tables, parents first
+    int order_count;
+    bool *deferred; // per edge: set in a later step of an import (cycles)
+    Relation *rels; // per member table, locked AccessShare
+    Ids *ids;       // per table: the rows that belong
+};
+
+// The rows of scope that belong to roots (sorted, distinct, at least one);
+// each root must be a row of the root table, or an ERROR names it after
+// argument.  A table of the scope that cannot be read right (no integer
+// primary key, forced row security, a set of scopes without a function, a
+// cycle of NOT NULL references) is an ERROR naming it.  Allocated in
+// CurrentMemoryContext; inside SPI.
+void find_belonging(int scope, const char *argument, const int64 *roots, int root_count,
+                    Belonging *out);
+
+} // namespace pgoutbox::relocation

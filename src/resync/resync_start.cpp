@@ -1,0 +1,250 @@
+// outbox._resync_start(job): run once by outbox._resync_job when a job is
+// recorded, in its transaction.  An organization job's rows are found here
+// (relocation/export/belonging.hpp: the export's rule, the same snapshot),
+// in the export's order, parents first, into outbox.resync_rows; then, for
+// every job, how many rows it targets and in how many shards, which the
+// view's rows left and ETA, and the dry runs (plan_resync), read.
+//
+// Each table is read as its owner, restricted (pg/run_as.hpp), outbox
+// tables as the extension's owner.  Plain C-style code: PostgreSQL errors
+// unwind through it.
+#include "pg/guard.hpp"
+#include "pg/hash.hpp"
+#include "pg/spi.hpp"
+#include "relocation/export/belonging.hpp"
+#include "resync/resync_job.hpp"
+
+namespace pgoutbox {
+
+namespace {
+
+using namespace relocation;
+
+struct ShardKey {
+    int64 identifier;
+    int64 scope; // int64: no padding in the hashed bytes
+};
+
+struct Totals {
+    int64 rows;
+    HTAB *shards;
+};
+
+// Adds the rows of rel that condition selects, and their shards, to
+// totals.  As the table's owner.
+void count_rows(Relation rel, const char *condition, int nargs, Oid *types, Datum *args,
+                Totals *totals) {
+    const TableMeta *meta = table_meta_get(rel);
+    AttrNumber shard =
+        meta->shard_attnum != InvalidAttrNumber ? meta->shard_attnum : meta->id_attnum;
+    pg::refuse_forced_row_security(rel);
+    pg::spi_run_as(
+        pg::table_owner_role(rel), "counting the re-sync's rows",
+        psprintf(
+            "SELECT DISTINCT t.%s::pg_catalog.int8, pg_catalog.count(*) OVER ()"
+            " FROM %s t WHERE %s",
+            quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), shard - 1)->attname)),
+            pg::qualified_name(rel), condition),
+        nargs, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 n) {
+            for (uint64 r = 0; r < n; r++) {
+                ShardKey key = {int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
+                                meta->scope};
+                (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
+                if (r == 0)
+                    totals->rows += int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2);
+            }
+        });
+}
+
+// Appends ids of relid at positions from *position on, in chunks
+// (extension/tables/99_resyncs.sql).  As the extension's owner.
+void add_rows(int64 job, Oid relid, const int64 *ids, long count, int64 *position) {
+    Oid types[5] = {INT8OID, INT8OID, OIDOID, INT8ARRAYOID, INT4OID};
+    Datum args[5] = {Int64GetDatum(job), Int64GetDatum(*position), ObjectIdGetDatum(relid),
+                     pg::int8_array(ids, (int)count), Int32GetDatum(resync_chunk)};
+    pg::spi_run_as(pg::extension_owner_role, "recording the re-sync's rows",
+                   "INSERT INTO outbox.resync_rows (job, first, relid, ids)"
+                   " SELECT $1, $2 OPERATOR(pg_catalog.+) c * $5, $3::pg_catalog.regclass,"
+                   " $4[c * $5 + 1 : (c + 1) * $5]"
+                   " FROM pg_catalog.generate_series(0, (pg_catalog.cardinality($4) - 1) / $5) c",
+                   5, types, args, nullptr, false, 0, SPI_OK_INSERT, [](uint64) {});
+    *position += count;
+}
+
+// Adds the shards of rel's rows among ids (sorted) to totals, reading only
+// what the ids do not say: a table sharded by id has its ids as shards.
+void add_shards(Relation rel, const int64 *ids, long count, Totals *totals) {
+    const TableMeta *meta = table_meta_get(rel);
+    for (long at = 0; at < count; at += ids_per_read) {
+        int n = int(Min((long)ids_per_read, count - at));
+        if (meta->shard_attnum == InvalidAttrNumber) {
+            for (int i = 0; i < n; i++) {
+                ShardKey key = {ids[at + i], meta->scope};
+                (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
+            }
+            continue;
+        }
+        Oid types[1] = {INT8ARRAYOID};
+        Datum args[1] = {pg::int8_array(ids + at, n)};
+        int64 rows = totals->rows;
+        count_rows(rel, resync_ids_condition, 1, types, args, totals);
+        totals->rows = rows; // the caller counts them
+    }
+}
+
+// The registered tables, by OID.  As the extension's owner.
+HTAB *registered_tables() {
+    HTAB *set = pg::blob_hash("pg_outbox registered tables", 64, sizeof(Oid), sizeof(Oid),
+                              CurrentMemoryContext);
+    pg::spi_run_as(pg::extension_owner_role, "listing the registered tables",
+                   "SELECT r.relid::pg_catalog.oid FROM outbox.registered_tables r", 0, nullptr,
+                   nullptr, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 n) {
+                       for (uint64 r = 0; r < n; r++) {
+                           bool isnull;
+                           Oid relid = DatumGetObjectId(SPI_getbinval(
+                               SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1, &isnull));
+                           (void)hash_search(set, &relid, HASH_ENTER, nullptr);
+                       }
+                   });
+    return set;
+}
+
+// The organization's rows of every registered table of its scope, in the
+// export's order.  Every registered table must have a relocation scope:
+// without one, whether its rows are the organization's is unknown.
+void resolve_organization(const ResyncJob &job, Totals *totals) {
+    HTAB *registered = registered_tables();
+    Belonging b;
+    find_belonging(Organization, "organization", &job.organization, 1, &b);
+    for (int i = 0; i < b.models->count; i++) {
+        const Model *t = &b.models->tables[i];
+        bool found;
+        (void)hash_search(registered, &t->relid, HASH_FIND, &found);
+        if (found && t->scopes == 0)
+            ereport(ERROR,
+                    (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
+                     errmsg("cannot re-sync organization " INT64_FORMAT
+                            ": registered table %s has no relocation scope",
+                            job.organization, t->key),
+                     errhint("Declare it with outbox.set_relocation_scope(tbl, scopes); "
+                             "a table that is no organization's is Excluded, Config or Global.")));
+    }
+    int64 position = 0;
+    for (int o = 0; o < b.order_count; o++) {
+        int i = b.order[o];
+        const Model *t = &b.models->tables[i];
+        bool found;
+        (void)hash_search(registered, &t->relid, HASH_FIND, &found);
+        if (!found)
+            continue;
+        long count;
+        int64 *ids = sorted_ids(&b.ids[i], &count);
+        if (count == 0)
+            continue;
+        Relation rel = b.rels[i];
+        if (strcmp(t->pk, "id") != 0) {
+            // Found by primary key; sent by the id capture knows them by.
+            long n = 0;
+            int64 *by_id = (int64 *)palloc(sizeof(int64) * (count + 1));
+            read_chunks(rel, "reading the re-sync's ids",
+                        psprintf("SELECT t.id::pg_catalog.int8 FROM %s t WHERE t.%s = ANY ($1)",
+                                 t->qualified, quote_identifier(t->pk)),
+                        ids, count, [&](uint64 rows) {
+                            for (uint64 r = 0; r < rows && n < count; r++)
+                                by_id[n++] =
+                                    int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+                        });
+            qsort(by_id, n, sizeof(int64), pg::compare_int64);
+            ids = by_id;
+            count = n;
+        }
+        add_rows(job.id, t->relid, ids, count, &position);
+        totals->rows += count;
+        add_shards(rel, ids, count, totals);
+    }
+    for (int i = 0; i < b.models->count; i++)
+        if (b.member[i])
+            relation_close(b.rels[i], NoLock);
+}
+
+} // namespace
+
+} // namespace pgoutbox
+
+using namespace pgoutbox;
+
+OUTBOX_FUNCTION(outbox__resync_start) {
+    if (PG_ARGISNULL(0))
+        ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("job must not be NULL")));
+    int64 id = PG_GETARG_INT64(0);
+    SPI_connect();
+    pg::RunAs scope;
+    pg::run_as_extension_owner(&scope);
+    ResyncJob job;
+    if (!load_resync_job(id, true, &job))
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("re-sync job %lld does not exist", (long long)id)));
+    pg::run_as_end(&scope);
+    Totals totals = {0, pg::blob_hash("pg_outbox re-sync shards", 64, sizeof(ShardKey),
+                                      sizeof(ShardKey), CurrentMemoryContext)};
+    if (job.target == ResyncTarget::Organization) {
+        resolve_organization(job, &totals);
+    } else {
+        Relation rel = pg::open_user_table(job.relid, AccessShareLock);
+        if (rel == nullptr)
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
+                            errmsg("tbl: relation with OID %u does not exist", job.relid)));
+        if (job.target == ResyncTarget::Ids) {
+            // Every id named, a row or not, is walked: rows_total counts
+            // them; the shards are those of the rows.
+            Oid types[1] = {INT8OID};
+            Datum args[1] = {Int64GetDatum(id)};
+            MemoryContext here = CurrentMemoryContext;
+            int64 *ids = nullptr;
+            int count = 0;
+            pg::spi_run_as(pg::extension_owner_role, "reading the re-sync's ids",
+                           "SELECT pg_catalog.array_agg(u.i ORDER BY r.first, u.n)"
+                           " FROM outbox.resync_rows r,"
+                           " pg_catalog.unnest(r.ids) WITH ORDINALITY u(i, n) WHERE r.job = $1",
+                           1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
+                               bool isnull;
+                               Datum all = SPI_getbinval(SPI_tuptable->vals[0],
+                                                         SPI_tuptable->tupdesc, 1, &isnull);
+                               if (isnull)
+                                   return;
+                               MemoryContext spi = MemoryContextSwitchTo(here);
+                               Datum *items;
+                               deconstruct_array(DatumGetArrayTypeP(all), INT8OID, 8,
+                                                 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, nullptr,
+                                                 &count);
+                               ids = (int64 *)palloc(sizeof(int64) * (count + 1));
+                               for (int i = 0; i < count; i++)
+                                   ids[i] = DatumGetInt64(items[i]);
+                               MemoryContextSwitchTo(spi);
+                           });
+            for (long at = 0; at < count; at += ids_per_read) {
+                Oid id_types[1] = {INT8ARRAYOID};
+                Datum chunk[1] = {
+                    pg::int8_array(ids + at, int(Min((long)ids_per_read, count - at)))};
+                count_rows(rel, resync_ids_condition, 1, id_types, chunk, &totals);
+            }
+            totals.rows = count;
+        } else {
+            int64 low, up;
+            const char *condition = resync_span_condition(rel, table_meta_get(rel), job, &low, &up);
+            Oid types[3] = {INT8OID, INT8OID, INT8OID};
+            Datum args[3] = {Int64GetDatum(low), Int64GetDatum(up),
+                             Int64GetDatum(job.shard_identifier)};
+            count_rows(rel, condition, 3, types, args, &totals);
+        }
+        relation_close(rel, NoLock);
+    }
+    Oid types[3] = {INT8OID, INT8OID, INT8OID};
+    Datum args[3] = {Int64GetDatum(id), Int64GetDatum(totals.rows),
+                     Int64GetDatum(hash_get_num_entries(totals.shards))};
+    pg::spi_run_as(pg::extension_owner_role, "recording the re-sync's size",
+                   "UPDATE outbox.resync_jobs j SET rows_total = $2, shards = $3 WHERE j.id = $1",
+                   3, types, args, nullptr, false, 0, SPI_OK_UPDATE, [](uint64) {});
+    SPI_finish();
+    PG_RETURN_VOID();
+}
