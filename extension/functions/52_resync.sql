@@ -209,17 +209,23 @@ SELECT j.rows_total, j.shards,
   FROM outbox.resync_jobs j WHERE j.id = job
 $$;
 
-CREATE OR REPLACE FUNCTION outbox.plan_resync(tbl regclass, ids bigint[],
+CREATE OR REPLACE FUNCTION outbox._plan_resync(target text, tbl regclass DEFAULT NULL,
+    ids bigint[] DEFAULT NULL, low bigint DEFAULT NULL, up bigint DEFAULT NULL,
+    shard_scope int DEFAULT NULL, shard_identifier bigint DEFAULT NULL,
+    organization bigint DEFAULT NULL,
     OUT "rows" bigint, OUT shards bigint, OUT tables bigint, OUT eta_at_budget interval)
 LANGUAGE plpgsql
-SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     job bigint;
 BEGIN
     BEGIN
-        job := outbox.resync(tbl, ids);
+        job := CASE target
+               WHEN 'ids' THEN outbox.resync(tbl, ids)
+               WHEN 'range' THEN outbox.resync(tbl, low, up)
+               WHEN 'shard' THEN outbox.resync_shard(tbl, shard_scope, shard_identifier)
+               ELSE outbox.resync_organization(organization) END;
         SELECT * INTO "rows", shards, tables, eta_at_budget FROM outbox._resync_plan(job);
         RAISE EXCEPTION USING ERRCODE = 'assert_failure';
     EXCEPTION WHEN assert_failure THEN
@@ -227,63 +233,30 @@ BEGIN
     END;
 END
 $$;
+
+CREATE OR REPLACE FUNCTION outbox.plan_resync(tbl regclass, ids bigint[],
+    OUT "rows" bigint, OUT shards bigint, OUT tables bigint, OUT eta_at_budget interval)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM outbox._plan_resync('ids', tbl, ids => ids) $$;
 
 CREATE OR REPLACE FUNCTION outbox.plan_resync(tbl regclass, low bigint, up bigint,
     OUT "rows" bigint, OUT shards bigint, OUT tables bigint, OUT eta_at_budget interval)
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    job bigint;
-BEGIN
-    BEGIN
-        job := outbox.resync(tbl, low, up);
-        SELECT * INTO "rows", shards, tables, eta_at_budget FROM outbox._resync_plan(job);
-        RAISE EXCEPTION USING ERRCODE = 'assert_failure';
-    EXCEPTION WHEN assert_failure THEN
-        NULL; -- the job, its rows and its cursor rolled back
-    END;
-END
-$$;
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM outbox._plan_resync('range', tbl, low => low, up => up) $$;
 
-CREATE OR REPLACE FUNCTION outbox.plan_resync_shard(tbl regclass, shard_scope int, shard_identifier bigint,
+CREATE OR REPLACE FUNCTION outbox.plan_resync_shard(tbl regclass, shard_scope int,
+    shard_identifier bigint,
     OUT "rows" bigint, OUT shards bigint, OUT tables bigint, OUT eta_at_budget interval)
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$
-DECLARE
-    job bigint;
-BEGIN
-    BEGIN
-        job := outbox.resync_shard(tbl, shard_scope, shard_identifier);
-        SELECT * INTO "rows", shards, tables, eta_at_budget FROM outbox._resync_plan(job);
-        RAISE EXCEPTION USING ERRCODE = 'assert_failure';
-    EXCEPTION WHEN assert_failure THEN
-        NULL; -- the job, its rows and its cursor rolled back
-    END;
-END
+SELECT * FROM outbox._plan_resync('shard', tbl, shard_scope => shard_scope,
+                                  shard_identifier => shard_identifier)
 $$;
 
 CREATE OR REPLACE FUNCTION outbox.plan_resync_organization(organization bigint,
     OUT "rows" bigint, OUT shards bigint, OUT tables bigint, OUT eta_at_budget interval)
-LANGUAGE plpgsql
-SECURITY DEFINER
-SET search_path = pg_catalog, pg_temp
-AS $$
-DECLARE
-    job bigint;
-BEGIN
-    BEGIN
-        job := outbox.resync_organization(organization);
-        SELECT * INTO "rows", shards, tables, eta_at_budget FROM outbox._resync_plan(job);
-        RAISE EXCEPTION USING ERRCODE = 'assert_failure';
-    EXCEPTION WHEN assert_failure THEN
-        NULL; -- the job, its rows and its cursor rolled back
-    END;
-END
-$$;
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
+AS $$ SELECT * FROM outbox._plan_resync('organization', organization => organization) $$;
 
 -- Every job: its target, state, rows done and left, ETA at its rate so far.
 CREATE OR REPLACE VIEW outbox.resyncs AS

@@ -253,9 +253,7 @@ bool resync_batch(int64 id, int32 batch_size, int32 max_shard_depth, ResyncBatch
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
     ResyncJob job;
-    if (!load_resync_job(id, true, &job))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                        errmsg("re-sync job %lld does not exist", (long long)id)));
+    load_resync_job(id, &job);
     char *key = psprintf("resync.%lld", (long long)id);
     Cursor cursor = job.running ? cursor_read(key) : Cursor{0, 0};
     pg::run_as_end(&scope);

@@ -6,19 +6,18 @@
 
 namespace pgoutbox {
 
-bool load_resync_job(int64 id, bool lock, ResyncJob *job) {
+void load_resync_job(int64 id, ResyncJob *job) {
     Oid types[1] = {INT8OID};
     Datum args[1] = {Int64GetDatum(id)};
     uint64 n = pg::spi_run(
         "reading the re-sync job",
-        psprintf(
-            "SELECT j.target, j.relid, j.low, j.up, j.shard_identifier,"
-            " j.organization, j.state OPERATOR(pg_catalog.=) 'running', j.rows_done, j.rows_total"
-            " FROM outbox.resync_jobs j WHERE j.id = $1%s",
-            lock ? " FOR UPDATE" : ""),
+        "SELECT j.target, j.relid, j.low, j.up, j.shard_identifier,"
+        " j.organization, j.state OPERATOR(pg_catalog.=) 'running', j.rows_done, j.rows_total"
+        " FROM outbox.resync_jobs j WHERE j.id = $1 FOR UPDATE",
         1, types, args, nullptr, false, 1, SPI_OK_SELECT);
     if (n == 0)
-        return false;
+        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
+                        errmsg("re-sync job %lld does not exist", (long long)id)));
     HeapTuple row = SPI_tuptable->vals[0];
     TupleDesc desc = SPI_tuptable->tupdesc;
     bool isnull;
@@ -41,7 +40,6 @@ bool load_resync_job(int64 id, bool lock, ResyncJob *job) {
     job->running = DatumGetBool(SPI_getbinval(row, desc, 7, &isnull));
     job->rows_done = int8_or_zero(8);
     job->rows_total = int8_or_zero(9);
-    return true;
 }
 
 const char *resync_span_condition(Relation rel, const TableMeta *meta, const ResyncJob &job,

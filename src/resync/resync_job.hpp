@@ -29,9 +29,9 @@ inline bool resync_by_position(const ResyncJob &job) {
     return job.target == ResyncTarget::Ids || job.target == ResyncTarget::Organization;
 }
 
-// The job's row, locked FOR UPDATE when lock; false when there is none.
+// The job's row, locked FOR UPDATE; an ERROR (42704) when there is none.
 // Inside SPI, as the extension's owner.
-bool load_resync_job(int64 id, bool lock, ResyncJob *job);
+void load_resync_job(int64 id, ResyncJob *job);
 
 // A range or shard job's rows of rel (alias t) with ids in [$1, $2], $3 the
 // shard identifier (int8; unused by a range job); *low and *up the bounds

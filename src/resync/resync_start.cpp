@@ -181,9 +181,7 @@ OUTBOX_FUNCTION(outbox__resync_start) {
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
     ResyncJob job;
-    if (!load_resync_job(id, true, &job))
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
-                        errmsg("re-sync job %lld does not exist", (long long)id)));
+    load_resync_job(id, &job);
     pg::run_as_end(&scope);
     Totals totals = {0, pg::blob_hash("pg_outbox re-sync shards", 64, sizeof(ShardKey),
                                       sizeof(ShardKey), CurrentMemoryContext)};

@@ -5,7 +5,7 @@
 #      organization's row is sent;
 #   2. the hot-shard guard holds the organization's shard at its bound
 #      while the shard cannot drain, and the job shows itself throttled;
-#   3. a range job of 60,000 rows survives the worker SIGKILLed and Redis
+#   3. a range job of 30,000 rows survives the worker SIGKILLed and Redis
 #      restarted without its data (the job starts over, saying so), and
 #      every row is delivered;
 #   4. cancel stops a job for good.
@@ -125,24 +125,24 @@ check "the shard never went past the bound plus one batch (deepest: $deepest)" \
 check "every row of organization 7 delivered" wait_for 60 \
     "SELECT count(DISTINCT (category, object)) FROM seen" "$rows7"
 
-# 3. A range job over 60,000 new members, the worker SIGKILLed a third of
+# 3. A range job over 30,000 new members, the worker SIGKILLed a third of
 # the way and Redis restarted without its data two thirds of the way.
 q -c "INSERT INTO member SELECT 10000 + g, 1 + g % 100, 1 + (g % 100) / 5, 'new ' || g
-        FROM generate_series(1, 60000) g" >/dev/null
-check "the new members delivered" wait_for 180 "SELECT count(*) FROM replica WHERE category = 2" 66000
+        FROM generate_series(1, 30000) g" >/dev/null
+check "the new members delivered" wait_for 180 "SELECT count(*) FROM replica WHERE category = 2" 36000
 q -c "TRUNCATE seen" >/dev/null
-job=$(q -c "SELECT outbox.resync('member', 10001, 70000)")
+job=$(q -c "SELECT outbox.resync('member', 10001, 40000)")
 killed=0 restarted=0
 deadline=$((SECONDS + 300))
 while ((SECONDS < deadline)); do
     done_rows=$(q -c "SELECT rows_done FROM outbox.resyncs WHERE job = $job")
     # (The server restarts after the worker's SIGKILL: no answer for a while.)
     [[ $done_rows =~ ^[0-9]+$ ]] || { sleep 0.2; continue; }
-    if ((killed == 0 && done_rows > 20000)); then
+    if ((killed == 0 && done_rows > 10000)); then
         kill -KILL "$(worker_pid)"
         killed=1
     fi
-    if ((killed == 1 && restarted == 0 && done_rows > 40000)); then
+    if ((killed == 1 && restarted == 0 && done_rows > 20000)); then
         kill "$REDIS_PID"; wait "$REDIS_PID" 2>/dev/null
         sleep 2
         redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no \
@@ -156,7 +156,7 @@ done
 check "the worker was killed and Redis restarted on the way" [ "$killed$restarted" = 11 ]
 check "the range job completes" [ "$(q -c "SELECT state FROM outbox.resyncs WHERE job = $job")" = done ]
 check "every member of the range delivered" wait_for 120 \
-    "SELECT count(DISTINCT object) FROM seen WHERE category = 2 AND object BETWEEN 10001 AND 70000" 60000
+    "SELECT count(DISTINCT object) FROM seen WHERE category = 2 AND object BETWEEN 10001 AND 40000" 30000
 check "the lost cursor was logged: the job started over" \
     grep -q "re-sync job $job lost its cursor (key resync.$job); it starts over" "$CLUSTER_DIR/server.log"
 
