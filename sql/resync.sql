@@ -98,6 +98,16 @@ SELECT outbox.unregister_table('member');
 SELECT outbox.process_resync_batch(:job, 10) AS written;
 SELECT state, last_error LIKE 'table with OID % is no longer registered' AS says_so
   FROM outbox.resyncs WHERE job = :job;
+-- Registered again, the failed job resumes where it failed.
+SELECT outbox.register_table('member', 'MEMBER_UPDATE', shard_column => 'organization_id',
+                             payload_columns => '{name}');
+SELECT outbox.process_resync_batch(:job, 10) IS NULL AS failed_writes_nothing;
+SELECT outbox.resume_resync(:job);
+TRUNCATE outbox.cell_outbox;
+SELECT outbox.process_resync_batch(:job, 10) AS written;
+SELECT shard, object, payload FROM cell_rows;
+SELECT state, last_error, rows_done FROM outbox.resyncs WHERE job = :job;
+SELECT outbox.unregister_table('member');
 
 -- Redis as the cursor store: the same, and no row in outbox.cursors.
 SET outbox.cursor_store = 'redis';
