@@ -13,6 +13,7 @@
 // Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
 // step it happened in.
 #include "relocation/move/move_step.hpp"
+#include "worker/worker.hpp"
 #include "pg/guard.hpp"
 #include "settings.hpp"
 #include "worker_state/worker_state.hpp"
@@ -47,7 +48,7 @@ bool step_moves() {
         SPI_connect();
         PushActiveSnapshot(GetTransactionSnapshot());
         pgstat_report_activity(STATE_RUNNING, "pg_outbox: moving organizations");
-        if (OidIsValid(get_extension_oid("pg_outbox", true)))
+        if (hold_extension())
             more = relocation::move_step();
         SPI_finish();
         PopActiveSnapshot();

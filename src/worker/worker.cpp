@@ -22,6 +22,8 @@
 //
 // Plain C-style code: every PostgreSQL error unwinds to the PG_TRY of the
 // unit of work it happened in.
+#include "worker/worker.hpp"
+
 #include "pg/guard.hpp"
 #include "pg/hash.hpp"
 
@@ -43,6 +45,8 @@
 
 extern "C" {
 #include "pgstat.h"
+#include "catalog/pg_extension.h"
+#include "storage/lmgr.h"
 #include "commands/async.h"
 #include "postmaster/bgworker.h"
 #include "postmaster/interrupt.h"
@@ -127,6 +131,10 @@ bool notify_due() {
 
 void drain_woken();
 
+// Whether the extension was there at the last look: without it there is
+// nothing to drain (a pass would fail on every wake-up).
+bool extension_installed = false;
+
 template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **error) {
     drain_woken();
     MemoryContext context = CurrentMemoryContext;
@@ -139,7 +147,10 @@ template <typename Fn> bool in_transaction(const char *what, Fn fn, ErrorData **
         SPI_connect();
         PushActiveSnapshot(GetTransactionSnapshot());
         pgstat_report_activity(STATE_RUNNING, what);
-        fn();
+        if (hold_extension())
+            fn();
+        else
+            extension_installed = false;
         SPI_finish();
         PopActiveSnapshot();
         if (notify_due() && pg_atomic_exchange_u32(&worker_shared->notify_pending, 0) != 0) {
@@ -241,14 +252,10 @@ bool cycle_links = false; // the last cycle had links to send over
 bool sending_links = false;
 int64 send_links(int ntargets, LinkTarget *targets);
 int64 scheduled_between = 0;
-// Whether the extension was there at the last look: without it there is
-// nothing to drain (a pass would fail on every wake-up).
-bool extension_installed = false;
 
 bool look_for_extension() {
     in_transaction(
-        "pg_outbox: checking the extension",
-        [] { extension_installed = OidIsValid(get_extension_oid("pg_outbox", true)); }, nullptr);
+        "pg_outbox: checking the extension", [] { extension_installed = true; }, nullptr);
     return extension_installed;
 }
 
@@ -873,6 +880,16 @@ void forget_pid(int, Datum) {
 }
 
 } // namespace
+
+bool hold_extension() {
+    Oid extension = get_extension_oid("pg_outbox", true);
+    if (!OidIsValid(extension))
+        return false;
+    LockDatabaseObject(ExtensionRelationId, extension, 0, AccessShareLock);
+    // The lock taken, invalidations are read: a DROP that committed
+    // meanwhile shows.
+    return get_extension_oid("pg_outbox", true) == extension;
+}
 
 void register_workers() {
     // The worker, and the mover (mover.cpp) beside it.

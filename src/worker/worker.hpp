@@ -11,4 +11,12 @@ namespace pgoutbox {
 // and the mover.
 void register_workers();
 
+// Takes the extension, when there is one, in share mode to the end of the
+// transaction, first thing: DROP EXTENSION locks it before any of its
+// objects, so a DROP waits for the worker's transaction under way and the
+// next waits for the DROP, where their locks of the extension's tables,
+// taken in different orders, deadlocked (test/integration/drop_extension.sh).
+// Whether the extension is there, the same one as before the wait.
+bool hold_extension();
+
 } // namespace pgoutbox
