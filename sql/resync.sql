@@ -44,6 +44,13 @@ SELECT outbox.process_resync_batch(:job, 2) IS NULL AS nothing_left;
 SELECT replication_version FROM outbox.tables WHERE table_key = 'org';
 SELECT count(*) AS backfill_cursors FROM outbox.cursors WHERE table_key = 'org';
 
+-- Ids without a gap, read as their range (src/resync/resync_job.hpp): those
+-- rows and not their neighbours 1 and 5.
+TRUNCATE outbox.cell_outbox;
+SELECT outbox.resync('org', '{4, 2, 3}') AS job \gset
+SELECT outbox.process_resync_batch(:job, 10) AS written;
+SELECT object FROM cell_rows;
+
 -- A range, in batches of 3, of a table sharded by organization_id.
 TRUNCATE outbox.cell_outbox;
 SELECT outbox.resync('member', 5, 11) AS job \gset

@@ -121,7 +121,7 @@ const char *gone(Oid relid) {
 }
 
 // The next batch_size rows by position from `from`: runs of one table's
-// ids, each written with ANY ($1).  *failure names a table that went.
+// ids (resync_ids).  *failure names a table that went.
 Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
                       ResyncBatch *batch, const char **failure) {
     // The chunks that hold positions [from, from + batch_size): a chunk
@@ -163,14 +163,7 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
     int nruns = 0;
     auto *starts = (int *)palloc(sizeof(int) * (n + 1));
     auto *tables = (Table *)palloc(sizeof(Table) * (n + 1));
-    // A run's ids are sorted: its first and last bound an index range scan,
-    // which reads only the rows between them, where the planner scans the
-    // whole table for a long ANY ($1) alone.
-    auto *run_args = (Datum *)palloc(sizeof(Datum) * 3 * (n + 1));
-    Oid run_types[3] = {INT8ARRAYOID, INT8OID, INT8OID};
-    const char *run_condition =
-        "t.id OPERATOR(pg_catalog.>=) $2 AND t.id OPERATOR(pg_catalog.<=) $3"
-        " AND t.id OPERATOR(pg_catalog.=) ANY ($1)";
+    auto *reads = (ResyncIds *)palloc(sizeof(ResyncIds) * (n + 1));
     for (int r = 0; r < n; r++)
         if (r == 0 || relids[r] != relids[r - 1])
             starts[nruns++] = r;
@@ -182,15 +175,13 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
             *failure = gone(relids[starts[k]]);
             break;
         }
-        Datum *run = &run_args[3 * (ptrdiff_t)k];
-        run[0] = pg::int8_array(&ids[starts[k]], starts[k + 1] - starts[k]);
-        run[1] = Int64GetDatum(ids[starts[k]]);
-        run[2] = Int64GetDatum(ids[starts[k + 1] - 1]);
-        batch->throttled = at_bound(tables[k], run_condition, 3, run_types, run, max_depth);
+        ResyncIds *read = &reads[k];
+        resync_ids(&ids[starts[k]], starts[k + 1] - starts[k], read);
+        batch->throttled =
+            at_bound(tables[k], read->condition, 3, read->types, read->args, max_depth);
     }
     for (int k = 0; k < nruns && *failure == nullptr && !batch->throttled; k++)
-        batch->written +=
-            write(tables[k], run_condition, 3, run_types, &run_args[3 * (ptrdiff_t)k]);
+        batch->written += write(tables[k], reads[k].condition, 3, reads[k].types, reads[k].args);
     for (int k = 0; k < opened; k++)
         relation_close(tables[k].rel, NoLock);
     if (*failure != nullptr || batch->throttled)

@@ -41,8 +41,7 @@ void count_rows(Relation rel, const char *condition, int nargs, Oid *types, Datu
     pg::spi_run_as(
         pg::table_owner_role(rel), "counting the re-sync's rows",
         psprintf(
-            "SELECT DISTINCT t.%s::pg_catalog.int8, pg_catalog.count(*) OVER ()"
-            " FROM %s t WHERE %s",
+            "SELECT t.%s::pg_catalog.int8, pg_catalog.count(*) FROM %s t WHERE %s GROUP BY 1",
             quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), shard - 1)->attname)),
             pg::qualified_name(rel), condition),
         nargs, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 n) {
@@ -50,8 +49,7 @@ void count_rows(Relation rel, const char *condition, int nargs, Oid *types, Datu
                 ShardKey key = {int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
                                 meta->scope};
                 (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
-                if (r == 0)
-                    totals->rows += int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2);
+                totals->rows += int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 2);
             }
         });
 }
@@ -84,10 +82,10 @@ void add_shards(Relation rel, const int64 *ids, long count, Totals *totals) {
             }
             continue;
         }
-        Oid types[1] = {INT8ARRAYOID};
-        Datum args[1] = {pg::int8_array(ids + at, n)};
+        ResyncIds read;
+        resync_ids(ids + at, n, &read);
         int64 rows = totals->rows;
-        count_rows(rel, resync_ids_condition, 1, types, args, totals);
+        count_rows(rel, read.condition, 3, read.types, read.args, totals);
         totals->rows = rows; // the caller counts them
     }
 }
@@ -221,10 +219,9 @@ OUTBOX_FUNCTION(outbox__resync_start) {
                                MemoryContextSwitchTo(spi);
                            });
             for (long at = 0; at < count; at += ids_per_read) {
-                Oid id_types[1] = {INT8ARRAYOID};
-                Datum chunk[1] = {
-                    pg::int8_array(ids + at, int(Min((long)ids_per_read, count - at)))};
-                count_rows(rel, resync_ids_condition, 1, id_types, chunk, &totals);
+                ResyncIds read;
+                resync_ids(ids + at, int(Min((long)ids_per_read, count - at)), &read);
+                count_rows(rel, read.condition, 3, read.types, read.args, &totals);
             }
             totals.rows = count;
         } else {
