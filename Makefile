@@ -34,7 +34,9 @@ EXTRA_CLEAN = $(GENERATED_SQL)
 REGRESS = $(patsubst sql/%.sql,%,$(sort $(wildcard sql/*.sql)))
 REGRESS_OPTS = --load-extension=pg_outbox
 
-PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/15/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
+# PG_MAJOR=17 make: against PostgreSQL 17 (15 and 17 are built and tested).
+PG_MAJOR ?= 15
+PG_CONFIG ?= $(shell for d in /usr/lib/postgresql/$(PG_MAJOR)/bin; do [ -x $$d/pg_config ] && echo $$d/pg_config && exit; done; echo pg_config)
 PG_CPPFLAGS = -Isrc -I$(shell $(PG_CONFIG) --includedir)
 PG_CXXFLAGS = -std=c++17 -Wall -Wextra -Wshadow -Werror -Wno-register -Wno-missing-field-initializers -fno-omit-frame-pointer
 SHLIB_LINK = -lhiredis -lpq -lstdc++

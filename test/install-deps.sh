@@ -8,11 +8,13 @@
 # own, on 127.0.0.1.
 set -euo pipefail
 as_root() { if [[ $(id -u) == 0 ]]; then "$@"; else sudo "$@"; fi; }
+# PG_MAJOR=17: PostgreSQL 17's packages (Debian 13; .ci/run's second root).
+v=${PG_MAJOR:-15}
 as_root apt-get update -qq
 as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
     build-essential cmake pkg-config python3 libgtest-dev clang-format clang-tidy \
-    postgresql-15 postgresql-server-dev-15 postgresql-15-pgtap \
-    libtap-parser-sourcehandler-pgtap-perl postgresql-15-pgq3 \
+    postgresql-$v postgresql-server-dev-$v postgresql-$v-pgtap \
+    libtap-parser-sourcehandler-pgtap-perl postgresql-$v-pgq3 \
     libhiredis-dev redis-server redis-tools python3-prometheus-client \
     python3-psycopg2 python3-django \
     debhelper postgresql-server-dev-all pgbouncer prometheus prometheus-node-exporter systemd \

@@ -1,5 +1,6 @@
 #include "cursor/redis_client.hpp"
 
+#include "pg/compat.hpp"
 #include "settings.hpp"
 
 extern "C" {
@@ -273,10 +274,10 @@ bool ensure_connection(Error *error) {
         if (!connect(error))
             return false;
         strlcpy(connected_to, target, sizeof connected_to);
-        checked_in = MyProc->lxid;
+        checked_in = pg::local_xid();
         return true;
     }
-    if (checked_in != MyProc->lxid) {
+    if (checked_in != pg::local_xid()) {
         const char *ping[] = {"PING"};
         if (!simple_command(error, 1, ping)) {
             // One reconnect: the server may have restarted since.
@@ -284,7 +285,7 @@ bool ensure_connection(Error *error) {
                 return false;
             strlcpy(connected_to, target, sizeof connected_to);
         }
-        checked_in = MyProc->lxid;
+        checked_in = pg::local_xid();
     }
     return true;
 }

@@ -5,6 +5,7 @@
 // PostgreSQL calls: errors unwind through it freely.
 #include "delivery/delivery.hpp"
 
+#include "pg/compat.hpp"
 #include "pg/run_as.hpp"
 #include "pg/hash.hpp"
 #include "pg/spi.hpp"
@@ -81,7 +82,7 @@ Oid shard_partition(const ShardKey *shard) {
 
 Oid partition_filenode(Oid partition) {
     Relation rel = table_open(partition, AccessShareLock);
-    Oid filenode = rel->rd_node.relNode;
+    Oid filenode = pg::file_number(rel);
     table_close(rel, NoLock);
     return filenode;
 }
@@ -127,7 +128,7 @@ bool fetch_latest(Relation rel, TableScanDesc scan, IndexFetchTableData *fetch,
 bool find_rows(const DrainBatch *batch, const DrainSegment *segment, RowNow *now_rows,
                TimestampTz now) {
     Relation rel = table_open(segment->partition, AccessShareLock);
-    if (rel->rd_node.relNode != segment->filenode) {
+    if (pg::file_number(rel) != segment->filenode) {
         // Rewritten since the read (compacted): nothing read before holds.
         table_close(rel, NoLock);
         return false;

@@ -2,6 +2,7 @@
 // unwind through it.
 #include "delivery/compaction.hpp"
 
+#include "pg/compat.hpp"
 #include "pg/run_as.hpp"
 #include "pg/spi.hpp"
 
@@ -38,7 +39,7 @@ bool compaction_due(Oid partition, bool force) {
     if (compact_min_size_kb <= 0 || bytes < (int64)compact_min_size_kb * 1024)
         return false;
     PgStat_StatTabEntry *stats = pgstat_fetch_stat_tabentry(partition);
-    int64 live = stats != nullptr ? Max(stats->n_live_tuples, 0) : 0;
+    int64 live = stats != nullptr ? Max(pg::live_rows(stats), 0) : 0;
     return live <= max_live_rows && live * live_row_bytes * 4 <= bytes;
 }
 

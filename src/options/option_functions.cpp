@@ -8,6 +8,7 @@
 // Keys are parsed in C++ (option_key.hpp) in frames that end before any
 // PostgreSQL call that can raise an ERROR; the rest holds no C++ object with
 // a destructor, so an ERROR unwinds through it freely.
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 
 #include "options/option_key.hpp"
@@ -99,8 +100,7 @@ Jsonb *option_value(const char *key, OptionKind kind) {
     char *setting = GetConfigOptionByName(key, nullptr, true);
     // A placeholder GUC that was SET and then RESET reads as ''.
     if (setting != nullptr && setting[0] != '\0') {
-        JsonLexContext *lex = makeJsonLexContextCstringLen(setting, (int)strlen(setting),
-                                                           GetDatabaseEncoding(), true);
+        JsonLexContext *lex = pg::json_lexer(setting, (int)strlen(setting));
         if (pg_parse_json(lex, &nullSemAction) != JSON_SUCCESS)
             ereport(ERROR,
                     (errcode(ERRCODE_INVALID_PARAMETER_VALUE),

@@ -12,6 +12,7 @@
 //
 // Written without C++ objects that own resources: errors from SPI unwind
 // through it freely.
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 
@@ -44,7 +45,7 @@ static Datum table_owner_gate(FunctionCallInfo fcinfo, const char *name, Categor
         if (!SearchSysCacheExists1(RELOID, ObjectIdGetDatum(relid)))
             ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
                             errmsg("tbl: relation with OID %u does not exist", relid)));
-        if (!pg_class_ownercheck(relid, caller))
+        if (!pg::owns_table(relid, caller))
             ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                             errmsg("must be owner of table %s to call outbox.%s",
                                    get_rel_name(relid), name)));

@@ -8,7 +8,9 @@
 # PGDATABASE for psql and friends, and REDIS_PORT.  OUTBOX_SERVER_ENV, when
 # set, is passed to the server's environment (VAR=value ...).
 
-PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/15/bin 2>/dev/null || dirname "$(command -v pg_ctl)")}
+# PG_MAJOR=17: PostgreSQL 17's server and pg_config (15 by default).
+export PG_MAJOR=${PG_MAJOR:-15}
+PG_BIN=${PG_BIN:-$(ls -d /usr/lib/postgresql/$PG_MAJOR/bin 2>/dev/null || dirname "$(command -v pg_ctl)")}
 PG_CONFIG=${PG_CONFIG:-$PG_BIN/pg_config}
 
 _free_port() {

@@ -24,6 +24,7 @@
 // destructors: an ERROR may unwind through any of its frames.
 #include "relocation/move/move_trigger.hpp"
 
+#include "pg/compat.hpp"
 #include "pg/guard.hpp"
 #include "pg/spi.hpp"
 #include "pg/transition_rows.hpp"
@@ -323,7 +324,7 @@ const char *gone_sql =
     " AND o.fenced";
 
 void read_gone() {
-    if (gone.lxid == MyProc->lxid && gone.statement == GetCurrentStatementStartTimestamp())
+    if (gone.lxid == pg::local_xid() && gone.statement == GetCurrentStatementStartTimestamp())
         return;
     if (!any_moves_here()) {
         gone.n = 0;
@@ -349,7 +350,7 @@ void read_gone() {
     MemoryContextSwitchTo(old);
     SPI_finish();
     gone.n = (int)n;
-    gone.lxid = MyProc->lxid;
+    gone.lxid = pg::local_xid();
     gone.statement = GetCurrentStatementStartTimestamp();
 }
 
