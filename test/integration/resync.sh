@@ -8,7 +8,10 @@
 #   3. a range job of 30,000 rows survives the worker SIGKILLed and Redis
 #      restarted without its data (the job starts over, saying so), and
 #      every row is delivered;
-#   4. cancel stops a job for good.
+#   4. cancel stops a job for good;
+#   5. a batch that fails (its table locked past outbox.owner_lock_timeout)
+#      is retried with a growing pause, its error in last_error and
+#      worker_status, and the job completes once the lock is gone.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 source "$root/test/harness/cluster.sh"
@@ -171,4 +174,29 @@ sleep 2
 check "cancelled: no more rows written, its rows gone" [ "$(q -c "
     SELECT state || ' ' || (outbox_rows = $before) || ' ' || (SELECT count(*) FROM outbox.resync_rows r WHERE r.job = $job)
       FROM outbox.resyncs WHERE job = $job")" = "cancelled true 0" ]
+
+# 5. A failing batch, retried: member locked for 6 s by another session
+# (owner_lock_timeout: 1 s).  The job is paused while the lock is taken.
+job=$(q -c "SELECT outbox.resync_organization(9)")
+q -c "SELECT outbox.pause_resync($job)" >/dev/null
+psql -X -q -c "BEGIN" -c "LOCK TABLE member IN ACCESS EXCLUSIVE MODE" -c "SELECT pg_sleep(6)" \
+    -c "COMMIT" >/dev/null 2>&1 &
+locker=$!
+wait_for 10 "SELECT count(*) FROM pg_locks WHERE relation = 'member'::regclass AND granted
+             AND mode = 'AccessExclusiveLock'" 1
+q -c "SELECT outbox.resume_resync($job)" >/dev/null
+check "the failing job shows why, still running" wait_for 30 \
+    "SELECT state || ': ' || last_error FROM outbox.resyncs WHERE job = $job" \
+    "running: could not lock table member within outbox.owner_lock_timeout (1000 ms)"
+check "and so does worker_status" wait_for 10 \
+    "SELECT last_error LIKE '%re-sync job $job%could not lock table member%' FROM outbox.worker_status" t
+failures() { grep -c "re-sync job $job failed" "$CLUSTER_DIR/server.log"; }
+first=$(grep -m1 -A1 "re-sync job $job failed" "$CLUSTER_DIR/server.log" | grep -o "retried in [0-9]* s")
+check "retried with a growing pause ($first, then 2 s)" \
+    bash -c "for _ in \$(seq 100); do grep -A1 're-sync job $job failed' '$CLUSTER_DIR/server.log' | grep -q 'retried in 2 s' && exit 0; sleep 0.1; done; exit 1"
+wait "$locker"
+check "the lock gone, the job completes and its error clears" wait_for 30 \
+    "SELECT state || ' ' || (last_error IS NULL) || ' ' || (rows_done = rows_total) FROM outbox.resyncs WHERE job = $job" \
+    "done true true"
+check "after $(failures) failed attempts, not one per cycle" [ "$(failures)" -le 5 ]
 checks_done resync
