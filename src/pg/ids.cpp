@@ -1,5 +1,7 @@
 #include "pg/ids.hpp"
 
+#include "pg/spi.hpp"
+
 namespace pgoutbox::pg {
 
 int64 random_token() {
@@ -13,6 +15,20 @@ int64 random_token() {
 int compare_int64(const void *a, const void *b) {
     int64 x = *(const int64 *)a, y = *(const int64 *)b;
     return (x > y) - (x < y);
+}
+
+void ids_condition(const char *column, const int64 *ids, int n, IdsCondition *out) {
+    // Sorted: the difference as unsigned is exact, where as signed it can
+    // overflow (ids from -2^63 to 2^63 - 1).
+    bool gapless = (uint64)ids[n - 1] - (uint64)ids[0] == (uint64)(n - 1);
+    out->sql = psprintf("%s OPERATOR(pg_catalog.>=) $2 AND %s OPERATOR(pg_catalog.<=) $3%s%s%s",
+                        column, column, gapless ? "" : " AND ", gapless ? "" : column,
+                        gapless ? "" : " OPERATOR(pg_catalog.=) ANY ($1)");
+    out->types[0] = INT8ARRAYOID;
+    out->types[1] = out->types[2] = INT8OID;
+    out->args[0] = int8_array(ids, n);
+    out->args[1] = Int64GetDatum(ids[0]);
+    out->args[2] = Int64GetDatum(ids[n - 1]);
 }
 
 } // namespace pgoutbox::pg

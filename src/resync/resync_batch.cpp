@@ -13,6 +13,7 @@
 #include "backfill/backfill_batch.hpp"
 #include "cursor/cursor_store.hpp"
 #include "pg/guard.hpp"
+#include "pg/ids.hpp"
 #include "pg/spi.hpp"
 #include "resync/resync_job.hpp"
 #include "worker_state/worker_state.hpp"
@@ -121,7 +122,7 @@ const char *gone(Oid relid) {
 }
 
 // The next batch_size rows by position from `from`: runs of one table's
-// ids (resync_ids).  *failure names a table that went.
+// ids (pg::ids_condition).  *failure names a table that went.
 Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
                       ResyncBatch *batch, const char **failure) {
     // The chunks that hold positions [from, from + batch_size): a chunk
@@ -163,7 +164,7 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
     int nruns = 0;
     auto *starts = (int *)palloc(sizeof(int) * (n + 1));
     auto *tables = (Table *)palloc(sizeof(Table) * (n + 1));
-    auto *reads = (ResyncIds *)palloc(sizeof(ResyncIds) * (n + 1));
+    auto *reads = (pg::IdsCondition *)palloc(sizeof(pg::IdsCondition) * (n + 1));
     for (int r = 0; r < n; r++)
         if (r == 0 || relids[r] != relids[r - 1])
             starts[nruns++] = r;
@@ -175,13 +176,12 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
             *failure = gone(relids[starts[k]]);
             break;
         }
-        ResyncIds *read = &reads[k];
-        resync_ids(&ids[starts[k]], starts[k + 1] - starts[k], read);
-        batch->throttled =
-            at_bound(tables[k], read->condition, 3, read->types, read->args, max_depth);
+        pg::IdsCondition *read = &reads[k];
+        pg::ids_condition("t.id", &ids[starts[k]], starts[k + 1] - starts[k], read);
+        batch->throttled = at_bound(tables[k], read->sql, 3, read->types, read->args, max_depth);
     }
     for (int k = 0; k < nruns && *failure == nullptr && !batch->throttled; k++)
-        batch->written += write(tables[k], reads[k].condition, 3, reads[k].types, reads[k].args);
+        batch->written += write(tables[k], reads[k].sql, 3, reads[k].types, reads[k].args);
     for (int k = 0; k < opened; k++)
         relation_close(tables[k].rel, NoLock);
     if (*failure != nullptr || batch->throttled)

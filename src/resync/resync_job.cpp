@@ -60,20 +60,6 @@ const char *resync_span_condition(Relation rel, const TableMeta *meta, const Res
         quote_identifier(NameStr(TupleDescAttr(RelationGetDescr(rel), shard - 1)->attname)));
 }
 
-void resync_ids(const int64 *ids, int n, ResyncIds *out) {
-    // Sorted: the difference as unsigned is exact, where as signed it can
-    // overflow (ids from -2^63 to 2^63 - 1).
-    bool gapless = (uint64)ids[n - 1] - (uint64)ids[0] == (uint64)(n - 1);
-    out->condition = gapless ? "t.id OPERATOR(pg_catalog.>=) $2 AND t.id OPERATOR(pg_catalog.<=) $3"
-                             : "t.id OPERATOR(pg_catalog.>=) $2 AND t.id OPERATOR(pg_catalog.<=) $3"
-                               " AND t.id OPERATOR(pg_catalog.=) ANY ($1)";
-    out->types[0] = INT8ARRAYOID;
-    out->types[1] = out->types[2] = INT8OID;
-    out->args[0] = pg::int8_array(ids, n);
-    out->args[1] = Int64GetDatum(ids[0]);
-    out->args[2] = Int64GetDatum(ids[n - 1]);
-}
-
 bool resync_table_registered(Oid relid) {
     Oid types[1] = {OIDOID};
     Datum args[1] = {ObjectIdGetDatum(relid)};

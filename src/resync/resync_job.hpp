@@ -45,20 +45,6 @@ const char *resync_span_condition(Relation rel, const TableMeta *meta, const Res
 // extension/functions/52_resync.sql writes an ids job's chunks the same.
 constexpr int resync_chunk = 240;
 
-// The rows of ids[0..n) (sorted, distinct), alias t: a condition on $1
-// (int8[], the ids), $2 and $3 (the first and the last), and its arguments.
-// The first and last bound an index range scan, which reads only the rows
-// between them, where the planner scans the whole table for a long
-// ANY ($1) alone.  Ids without a gap are read as the range alone: the same
-// rows, without the planner's estimate of each of the ids (about 5 ms for
-// 10,000), as an organization's rows are after a relocation import.
-struct ResyncIds {
-    const char *condition;
-    Oid types[3];
-    Datum args[3];
-};
-void resync_ids(const int64 *ids, int n, ResyncIds *out);
-
 // Whether relid is still a registered table.  Inside SPI, as the extension's
 // owner.
 bool resync_table_registered(Oid relid);

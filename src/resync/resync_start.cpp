@@ -82,10 +82,10 @@ void add_shards(Relation rel, const int64 *ids, long count, Totals *totals) {
             }
             continue;
         }
-        ResyncIds read;
-        resync_ids(ids + at, n, &read);
+        pg::IdsCondition read;
+        pg::ids_condition("t.id", ids + at, n, &read);
         int64 rows = totals->rows;
-        count_rows(rel, read.condition, 3, read.types, read.args, totals);
+        count_rows(rel, read.sql, 3, read.types, read.args, totals);
         totals->rows = rows; // the caller counts them
     }
 }
@@ -219,9 +219,10 @@ OUTBOX_FUNCTION(outbox__resync_start) {
                                MemoryContextSwitchTo(spi);
                            });
             for (long at = 0; at < count; at += ids_per_read) {
-                ResyncIds read;
-                resync_ids(ids + at, int(Min((long)ids_per_read, count - at)), &read);
-                count_rows(rel, read.condition, 3, read.types, read.args, &totals);
+                pg::IdsCondition read;
+                pg::ids_condition("t.id", ids + at, int(Min((long)ids_per_read, count - at)),
+                                  &read);
+                count_rows(rel, read.sql, 3, read.types, read.args, &totals);
             }
             totals.rows = count;
         } else {

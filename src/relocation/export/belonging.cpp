@@ -142,24 +142,34 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
             int64 *followed = (int64 *)palloc(sizeof(int64) * count);
             memcpy(followed, ids[p].pending, sizeof(int64) * count);
             ids[p].pending_count = 0;
+            // Sorted (and distinct, as pending ids are): a chunk's first and
+            // last bound its read (pg::ids_condition).
+            qsort(followed, count, sizeof(int64), pg::compare_int64);
             for (int e = 0; e < models->edge_count; e++) {
                 int c = models->edges[e].child;
                 if (models->edges[e].parent != p || !member[c])
                     continue;
                 const Model *child = &models->tables[c];
                 const Reference *ref = &models->references[models->edge_reference[e]];
-                read_chunks(
-                    rels[c], "finding the rows that belong to the export",
-                    psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
-                             quote_identifier(child->pk), child->relkind == 'r' ? "ONLY " : "",
-                             child->qualified, quote_identifier(ref->column),
-                             scope_filter(child, scope)),
-                    followed, count, [&](uint64 rows) {
-                        for (uint64 r = 0; r < rows; r++)
-                            add_id(&ids[c],
-                                   int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
-                                   context);
-                    });
+                const char *column = psprintf("t.%s", quote_identifier(ref->column));
+                for (long at = 0; at < count; at += ids_per_read) {
+                    pg::IdsCondition read;
+                    pg::ids_condition(column, followed + at,
+                                      int(Min((long)ids_per_read, count - at)), &read);
+                    pg::spi_run_as(
+                        relocation_owner_role(rels[c]),
+                        "finding the rows that belong to the export",
+                        psprintf("SELECT t.%s::bigint FROM %s%s t WHERE %s%s",
+                                 quote_identifier(child->pk), child->relkind == 'r' ? "ONLY " : "",
+                                 child->qualified, read.sql, scope_filter(child, scope)),
+                        3, read.types, read.args, nullptr, true, 0, SPI_OK_SELECT,
+                        [&](uint64 rows) {
+                            for (uint64 r = 0; r < rows; r++)
+                                add_id(&ids[c],
+                                       int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
+                                       context);
+                        });
+                }
             }
             pfree(followed);
         }
