@@ -18,10 +18,19 @@ MIRROR=${DEBIAN13_MIRROR:-http://deb.debian.org/debian}
 [[ $(id -u) == 0 ]] || { echo "test/debian13.sh: run as root (chroot, mount)" >&2; exit 1; }
 (($# > 0)) || { echo "usage: bash test/debian13.sh COMMAND..." >&2; exit 2; }
 
+# What a killed call left mounted in the root: unmounted before anything is
+# removed there (rm would go down into the host's /dev, /proc and /sys).
+unmount_all() {
+    local m
+    for m in $(awk -v r="$ROOT/" 'index($2, r) == 1 { print $2 }' /proc/mounts | sort -r); do
+        umount -l "$m"
+    done
+}
 if [[ ! -e $ROOT/etc/pg_outbox_root ]]; then
     command -v debootstrap >/dev/null ||
         DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
-    rm -rf "$ROOT"
+    unmount_all
+    rm -rf --one-file-system "$ROOT"
     mkdir -p "$(dirname "$ROOT")"
     debootstrap --variant=minbase trixie "$ROOT" "$MIRROR" >/tmp/pg_outbox_debootstrap.log 2>&1 || {
         tail -n 20 /tmp/pg_outbox_debootstrap.log; exit 1; }
@@ -44,7 +53,7 @@ for m in proc sys dev dev/pts dev/shm; do
 done
 
 # The tree as test/package.sh copies it: tracked and new files.
-rm -rf "$ROOT/src"
+rm -rf --one-file-system "$ROOT/src"
 mkdir "$ROOT/src"
 git -C "$root" ls-files -z --cached --others --exclude-standard |
     (cd "$root" && tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$ROOT/src"
