@@ -258,6 +258,14 @@ consumer() { # name dsn [VAR=value ...]: starts consumer_process.py, its pid in 
 consumer one "$(pooled_dsn consumer one)" CATEGORIES=org_update DELAY=0.005 BATCH=20 POLL=0.5
 consumer two "$(pooled_dsn consumer two)" CATEGORIES=org_update DELAY=0.005 BATCH=20 POLL=0.5
 consumer direct "$(direct_dsn direct direct)" CATEGORIES=org_direct DELAY=0.005 BATCH=20 POLL=0.5
+# Both pooled consumers must be claiming before the writer starts: one that
+# is still starting (Python's imports take seconds on a loaded machine) would
+# find the other had taken every change (CI on PostgreSQL 17 saw that once).
+for _ in $(seq 1 300); do
+    grep -q "one: LOG:  statement: SELECT claim" "$server_log" &&
+        grep -q "two: LOG:  statement: SELECT claim" "$server_log" && break
+    sleep 0.1
+done
 for seq in $(seq 1 15); do
     b >/dev/null <<SQL
 BEGIN;
