@@ -39,6 +39,7 @@ SELECT * FROM cell_rows;
 SELECT state, rows_done, rows_left, outbox_rows, finished_at IS NOT NULL AS finished
   FROM outbox.resyncs WHERE job = :job;
 SELECT count(*) AS rows_kept FROM outbox.resync_rows WHERE job = :job;
+SELECT count(*) AS cursors_kept FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 SELECT outbox.process_resync_batch(:job, 2) IS NULL AS nothing_left;
 -- No version bump, and no backfill cursor.
 SELECT replication_version FROM outbox.tables WHERE table_key = 'org';
@@ -93,7 +94,15 @@ SELECT outbox.process_resync_batch(:job, 4) IS NULL AS paused_writes_nothing;
 SELECT outbox.pause_resync(:job);
 SELECT outbox.resume_resync(:job);
 SELECT outbox.process_resync_batch(:job, 4) AS written;
+-- The ETA is of the time the job ran: an hour paused is not in it.
+SELECT outbox.pause_resync(:job);
+UPDATE outbox.resync_jobs SET created_at = created_at - interval '1 hour',
+                              paused_at = paused_at - interval '1 hour' WHERE id = :job;
+SELECT outbox.resume_resync(:job);
+SELECT eta < interval '10 minutes' AS eta_without_the_pause FROM outbox.resyncs WHERE job = :job;
+SELECT count(*) AS cursors_before_cancel FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 SELECT outbox.cancel_resync(:job);
+SELECT count(*) AS cursors_after_cancel FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 SELECT outbox.process_resync_batch(:job, 4) IS NULL AS cancelled_writes_nothing;
 SELECT state, outbox_rows, finished_at IS NOT NULL AS finished FROM outbox.resyncs WHERE job = :job;
 SELECT outbox.resume_resync(:job);

@@ -18,6 +18,9 @@ CREATE OR REPLACE FUNCTION outbox._cursor_get(table_key text, OUT lower_bound bi
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__cursor_get';
 CREATE OR REPLACE FUNCTION outbox._cursor_set(table_key text, lower_bound bigint, version int) RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__cursor_set';
+-- Deletes a cursor at commit (a re-sync job's, when the job is cancelled).
+CREATE OR REPLACE FUNCTION outbox._cursor_forget(table_key text) RETURNS void
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__cursor_forget';
 
 -- The cursor of a registered table (a missing one is created as [0, 1]).
 CREATE OR REPLACE FUNCTION outbox.get_processing_state(table_key text)

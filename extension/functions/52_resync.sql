@@ -170,11 +170,15 @@ BEGIN
     END IF;
     UPDATE outbox.resync_jobs j
        SET state = wanted,
+           paused_at = CASE WHEN wanted = 'paused' THEN now() END,
+           stopped_for = j.stopped_for + CASE WHEN wanted = 'running'
+               THEN now() - coalesce(j.paused_at, j.finished_at, now()) ELSE '0' END,
            last_error = CASE WHEN wanted = 'running' THEN NULL ELSE j.last_error END,
            finished_at = CASE WHEN wanted = 'cancelled' THEN now() END
      WHERE j.id = job;
     IF wanted = 'cancelled' THEN
         DELETE FROM outbox.resync_rows r WHERE r.job = _resync_set_state.job;
+        PERFORM outbox._cursor_forget('resync.' || job);
     END IF;
 END
 $$;
@@ -258,7 +262,8 @@ CREATE OR REPLACE FUNCTION outbox.plan_resync_organization(organization bigint,
 LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp
 AS $$ SELECT * FROM outbox._plan_resync('organization', organization => organization) $$;
 
--- Every job: its target, state, rows done and left, ETA at its rate so far.
+-- Every job: its target, state, rows done and left, ETA at its rate so far
+-- (of the time it ran: not paused or failed).
 CREATE OR REPLACE VIEW outbox.resyncs AS
 SELECT j.id AS job, j.target,
        CASE j.target
@@ -272,8 +277,8 @@ SELECT j.id AS job, j.target,
             THEN greatest(j.rows_total - j.rows_done, 0) ELSE 0 END AS rows_left,
        j.shards, j.outbox_rows, j.throttled,
        CASE WHEN j.state = 'running' AND j.rows_done > 0
-            THEN (now() - j.created_at) * (greatest(j.rows_total - j.rows_done, 0)::float8
-                                           / j.rows_done) END AS eta,
+            THEN (now() - j.created_at - j.stopped_for)
+                 * (greatest(j.rows_total - j.rows_done, 0)::float8 / j.rows_done) END AS eta,
        j.last_error, j.created_by, j.created_at, j.finished_at
   FROM outbox.resync_jobs j
  ORDER BY j.id;

@@ -16,7 +16,9 @@
 -- range and shard jobs.  rows_total is what matched when the job started
 -- (rows meanwhile inserted or deleted make rows_done / rows_total an
 -- estimate), in that many shards; throttled: its last batch waited for a shard at
--- outbox.backfill_max_shard_depth.
+-- outbox.backfill_max_shard_depth.  stopped_for: how long the job was
+-- paused or failed before it last resumed (paused_at: since when it is
+-- paused), which its ETA leaves out.
 CREATE TABLE outbox.resync_jobs (
     id               bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     target           text        NOT NULL
@@ -38,6 +40,8 @@ CREATE TABLE outbox.resync_jobs (
     created_by       regrole     NOT NULL,
     created_at       timestamptz NOT NULL DEFAULT pg_catalog.now(),
     finished_at      timestamptz,
+    paused_at        timestamptz,
+    stopped_for      interval    NOT NULL DEFAULT '0',
     CHECK (CASE target
            WHEN 'ids' THEN relid IS NOT NULL
            WHEN 'range' THEN relid IS NOT NULL AND low <= up

@@ -1,6 +1,7 @@
 // SQL entry points over the cursor store: outbox._cursor_get(table_key) and
 // outbox._cursor_set(table_key, lower_bound, version), behind
 // get_processing_state / set_processing_state (which check the arguments),
+// outbox._cursor_forget(table_key), behind cancel_resync,
 // and outbox._cursor_peek(table_key), behind outbox.backfill_status;
 // outbox._watermark_peek(key), behind outbox.foreign_keys.
 #include "cursor/cursor_store.hpp"
@@ -52,6 +53,11 @@ OUTBOX_FUNCTION(outbox__cursor_set) {
                 (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                  errmsg("%s must not be NULL", PG_ARGISNULL(1) ? "lower_bound" : "version")));
     cursor_write(table_key, Cursor{PG_GETARG_INT64(1), PG_GETARG_INT32(2)});
+    PG_RETURN_VOID();
+}
+
+OUTBOX_FUNCTION(outbox__cursor_forget) {
+    cursor_forget(table_key_argument(fcinfo));
     PG_RETURN_VOID();
 }
 

@@ -21,7 +21,7 @@ enum class KeyKind { Cursor, Watermark };
 // A value written in this transaction and not yet sent to Redis.
 struct PendingWrite {
     char *redis_key;
-    char *value; // formatted (cursor_value.hpp)
+    char *value; // formatted (cursor_value.hpp); NULL: the key is deleted
     KeyKind kind;
     SubTransactionId subxact;
 };
@@ -62,9 +62,10 @@ void flush_pending() {
     auto **keys = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
     auto **values = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
     auto *kinds = (KeyKind *)palloc_extended(sizeof(KeyKind) * n, MCXT_ALLOC_NO_OOM);
-    if (keys == nullptr || values == nullptr || kinds == nullptr)
+    auto **deleted = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
+    if (keys == nullptr || values == nullptr || kinds == nullptr || deleted == nullptr)
         return;
-    int nkeys = 0;
+    int nkeys = 0, ndeleted = 0;
     ListCell *lc;
     foreach (lc, writes) {
         auto *write = (PendingWrite *)lfirst(lc);
@@ -75,11 +76,15 @@ void flush_pending() {
                 superseded = true;
         if (superseded)
             continue;
+        if (write->value == nullptr) {
+            deleted[ndeleted++] = write->redis_key;
+            continue;
+        }
         keys[nkeys] = write->redis_key;
         kinds[nkeys] = write->kind;
         values[nkeys++] = write->value;
     }
-    if (nkeys == 0)
+    if (nkeys == 0 && ndeleted == 0)
         return;
     redis::Error error;
     volatile bool ok = false;
@@ -94,7 +99,14 @@ void flush_pending() {
         // The end of this backend's last commit record covers both.
         if (!XLogRecPtrIsInvalid(XactLastCommitEnd))
             XLogFlush(XactLastCommitEnd);
-        ok = redis::mset(nkeys, keys, values, &error);
+        ok = nkeys == 0 || redis::mset(nkeys, keys, values, &error);
+        // A deletion that fails (or is not tried: Redis is down) leaves the
+        // key of an ended job behind; nothing reads it again, so a WARNING
+        // says so and that is all.
+        redis::Error del_error;
+        if (ok && ndeleted > 0 && !redis::del(ndeleted, deleted, &del_error))
+            ereport(WARNING, (errmsg("%d ended cursor(s) were not deleted (%s among them): %s",
+                                     ndeleted, deleted[0], del_error.message)));
     }
     PG_CATCH();
     {
@@ -188,7 +200,7 @@ void add_pending(const char *redis_key, KeyKind kind, const char *value) {
     MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
     auto *write = (PendingWrite *)palloc(sizeof(PendingWrite));
     write->redis_key = pstrdup(redis_key);
-    write->value = pstrdup(value);
+    write->value = value != nullptr ? pstrdup(value) : nullptr;
     write->kind = kind;
     write->subxact = GetCurrentSubTransactionId();
     pending = lappend(pending, write);
@@ -302,6 +314,18 @@ void cursor_write(const char *table_key, const Cursor &cursor) {
     else
         add_pending(redis_key_for(table_key), KeyKind::Cursor,
                     formatted([&cursor] { return format_cursor(cursor); }));
+}
+
+void cursor_forget(const char *table_key) {
+    if (cursor_store == CURSOR_STORE_TABLE) {
+        Oid argtypes[1] = {TEXTOID};
+        Datum args[1] = {CStringGetTextDatum(table_key)};
+        pg::spi_run_as(pg::extension_owner_role, "deleting a cursor",
+                       "DELETE FROM outbox.cursors WHERE table_key = $1", 1, argtypes, args,
+                       nullptr, false, 0, SPI_OK_DELETE);
+    } else {
+        add_pending(redis_key_for(table_key), KeyKind::Cursor, nullptr);
+    }
 }
 
 namespace {

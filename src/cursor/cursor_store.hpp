@@ -31,6 +31,10 @@ bool cursor_peek(const char *table_key, Cursor *cursor);
 
 void cursor_write(const char *table_key, const Cursor &cursor);
 
+// Deletes the cursor of table_key, with the same commit rule (a re-sync
+// job's, once the job has ended); reads in the transaction then find none.
+void cursor_forget(const char *table_key);
+
 // A watermark of the cross-silo cascade (cascade/), in the same store and
 // with the same commit rule: Redis key <outbox.redis_key_prefix><key>
 // holding Sentry's [low, "<transaction id>"], or a row of

@@ -328,6 +328,18 @@ bool mset(int n, const char *const *keys, const char *const *values, Error *erro
     return ok;
 }
 
+bool del(int n, const char *const *keys, Error *error) {
+    if (!ensure_connection(error))
+        return false;
+    auto **argv = (const char **)palloc(sizeof(char *) * (1 + n));
+    argv[0] = "DEL";
+    for (int i = 0; i < n; i++)
+        argv[1 + i] = keys[i];
+    bool ok = simple_command(error, 1 + n, argv);
+    pfree(argv);
+    return ok;
+}
+
 char *get_or_error(const char *key) {
     Error error;
     char *value;

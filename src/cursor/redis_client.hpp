@@ -49,6 +49,9 @@ bool get(const char *key, char **value, Error *error);
 // that the request takes effect once the commit is done.
 bool mset(int n, const char *const *keys, const char *const *values, Error *error);
 
+// DEL key ...: n keys in one round trip, with mset's rule for interrupts.
+bool del(int n, const char *const *keys, Error *error);
+
 // GET, raising a failure as an ERROR.
 char *get_or_error(const char *key);
 

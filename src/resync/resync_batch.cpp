@@ -275,7 +275,11 @@ bool resync_batch(int64 id, int32 batch_size, int32 max_shard_depth, ResyncBatch
                                      "starts over",
                                      (long long)id, key)));
         pg::run_as_extension_owner(&scope);
-        cursor_write(key, next);
+        // An ended job's cursor goes (at commit, as a move would).
+        if (batch->done)
+            cursor_forget(key);
+        else
+            cursor_write(key, next);
         pg::run_as_end(&scope);
         record_batch(id, *batch, nullptr, restarted);
         if (batch->written > 0)

@@ -8,7 +8,8 @@
 #   3. a range job of 30,000 rows survives the worker SIGKILLed and Redis
 #      restarted without its data (the job starts over, saying so), and
 #      every row is delivered;
-#   4. cancel stops a job for good;
+#   4. cancel stops a job for good; the cursor of a job that ended (done or
+#      cancelled) is deleted;
 #   5. a batch that fails (its table locked past outbox.owner_lock_timeout)
 #      is retried with a growing pause, its error in last_error and
 #      worker_status, and the job completes once the lock is gone.
@@ -98,6 +99,8 @@ check "parents first: the organization, then its projects, then its members" [ "
        AND (SELECT max(seq) FROM seen WHERE category = 1) < (SELECT min(seq) FROM seen WHERE category = 2)")" = t ]
 check "organization 4 stays as corrupted ($corrupt4 rows, not sent)" \
     [ "$(q -c "SELECT count(*) FROM replica WHERE payload = '{\"name\": \"corrupt\"}'")" = "$corrupt4" ]
+check "the done job's cursor is gone from Redis" \
+    [ "$(redis-cli -p "$REDIS_PORT" exists "outbox_resync.$job")" = 0 ]
 
 # 2. The guard: organization 7's shard paused (it cannot drain) holds the
 # job at the bound plus one batch; resumed, the job completes.
@@ -174,6 +177,8 @@ sleep 2
 check "cancelled: no more rows written, its rows gone" [ "$(q -c "
     SELECT state || ' ' || (outbox_rows = $before) || ' ' || (SELECT count(*) FROM outbox.resync_rows r WHERE r.job = $job)
       FROM outbox.resyncs WHERE job = $job")" = "cancelled true 0" ]
+check "and its cursor, once the cancel committed" \
+    [ "$(redis-cli -p "$REDIS_PORT" exists "outbox_resync.$job")" = 0 ]
 
 # 5. A failing batch, retried: member locked for 6 s by another session
 # (owner_lock_timeout: 1 s).  The job is paused while the lock is taken.
