@@ -241,6 +241,47 @@ SET ROLE resync_monitor;
 SELECT count(*) > 0 AS jobs_seen FROM outbox.resyncs;
 SELECT outbox.pause_resync(1);
 RESET ROLE;
+-- A CONSUME role (of the category a re-sync writes) and a link role (what
+-- a peer's link role is granted) are refused every part of it too: start,
+-- dry run, batch, pause, cancel, the view and the tables behind it.
+CREATE ROLE resync_consumer;
+SELECT outbox.grant_category('ORGANIZATION_UPDATE', 'resync_consumer', 'CONSUME');
+CREATE ROLE resync_link;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO resync_link;
+CREATE FUNCTION pg_temp.refused(statement text) RETURNS text LANGUAGE plpgsql AS $$
+BEGIN
+    EXECUTE statement;
+    RETURN 'accepted: ' || statement;
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN NULL;
+END $$;
+CREATE TEMP TABLE attempts (statement text);
+INSERT INTO attempts VALUES
+    ($$SELECT outbox.resync('org', '{1}')$$), ($$SELECT outbox.resync('org', 1, 2)$$),
+    ($$SELECT outbox.resync_shard('member', 0, 1)$$), ($$SELECT outbox.resync_organization(4)$$),
+    ($$SELECT outbox.plan_resync('org', '{1}')$$), ($$SELECT outbox.process_resync_batch(1, 1)$$),
+    ($$SELECT outbox.pause_resync(1)$$), ($$SELECT outbox.resume_resync(1)$$),
+    ($$SELECT outbox.cancel_resync(1)$$), ($$SELECT count(*) FROM outbox.resyncs$$),
+    ($$SELECT count(*) FROM outbox.resync_jobs$$), ($$SELECT count(*) FROM outbox.resync_rows$$),
+    ($$UPDATE outbox.resync_jobs SET state = 'cancelled'$$);
+GRANT SELECT ON attempts TO resync_consumer, resync_link, resync_monitor;
+GRANT USAGE ON SCHEMA resync TO resync_consumer, resync_link, resync_monitor;
+SET ROLE resync_consumer;
+SELECT count(*) AS attempts, coalesce(string_agg(pg_temp.refused(statement), '; '), 'none') AS accepted FROM attempts;
+RESET ROLE;
+SET ROLE resync_link;
+SELECT count(*) AS attempts, coalesce(string_agg(pg_temp.refused(statement), '; '), 'none') AS accepted FROM attempts;
+RESET ROLE;
+-- The same as a pg_monitor member: the view only.
+SET ROLE resync_monitor;
+SELECT count(*) AS attempts, coalesce(string_agg(pg_temp.refused(statement), '; '), 'none') AS accepted FROM attempts;
+RESET ROLE;
+SELECT outbox.revoke_category('ORGANIZATION_UPDATE', 'resync_consumer', 'CONSUME');
+DROP TABLE attempts;
+REVOKE USAGE ON SCHEMA resync FROM resync_consumer, resync_link, resync_monitor;
+DROP ROLE resync_consumer;
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM resync_link;
+DROP ROLE resync_link;
 -- A role granted EXECUTE on outbox.resync starts a job without owning
 -- anything: the function runs as the extension's owner.
 GRANT EXECUTE ON FUNCTION outbox.resync(regclass, bigint[]) TO resync_app;
