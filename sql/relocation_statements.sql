@@ -66,6 +66,16 @@ SELECT * FROM "Statements Schema"."Table" ORDER BY 1;
 SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
     outbox._relocation_statement('delete_keys', '"Statements Schema"."Table"', 'Id'),
     ARRAY['1', '2', '3']::jsonb[]);
+-- A collision hook with an odd name, called with the relocation and the row
+-- of each element.
+CREATE FUNCTION "Statements Schema"."fix Slug"(relocation uuid, r jsonb) RETURNS jsonb
+LANGUAGE sql AS $$ SELECT r || jsonb_build_object('plain', relocation::text) $$;
+SELECT outbox._relocation_statement('call_hook', '"Statements Schema"."Table"', 'Id',
+    hook => '"Statements Schema"."fix Slug"(uuid, jsonb)');
+SELECT outbox._run_as_table_owner('"Statements Schema"."Table"',
+    outbox._relocation_statement('call_hook', '"Statements Schema"."Table"', 'Id',
+                                 hook => '"Statements Schema"."fix Slug"(uuid, jsonb)'),
+    ARRAY['{"relocation": "00000000-0000-0000-0000-000000000007", "row": {"Id": 4}}']::jsonb[]);
 -- Bad arguments: each named.
 SELECT outbox._relocation_statement('drop_table', '"Statements Schema"."Table"', 'Id');
 SELECT outbox._relocation_statement(NULL, '"Statements Schema"."Table"', 'Id');
@@ -77,4 +87,6 @@ SELECT outbox._relocation_statement('update_rows', '"Statements Schema"."Table"'
 SELECT outbox._relocation_statement('keys_where', '"Statements Schema"."Table"', 'Id');
 SELECT outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{a,NULL}');
 SELECT outbox._relocation_statement('clear_keys', '"Statements Schema"."Table"', 'Id', '{{a}}');
+SELECT outbox._relocation_statement('call_hook', '"Statements Schema"."Table"', 'Id');
+SELECT outbox._relocation_statement('call_hook', '"Statements Schema"."Table"', 'Id', hook => 12345678::oid::regprocedure);
 DROP SCHEMA "Statements Schema" CASCADE;

@@ -24,7 +24,7 @@ const std::string keys_of_id =
 TEST(TableStatements, NamesEveryKindAndNothingElse) {
     const char *names[] = {"insert_rows",  "insert_new_rows", "upsert_rows", "update_rows",
                            "clear_keys",   "delete_keys",     "count_keys",  "keys_where",
-                           "rows_of_keys", "values_of_keys"};
+                           "rows_of_keys", "values_of_keys",  "call_hook"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         TableStatement kind;
         ASSERT_TRUE(parse_table_statement(names[i], &kind)) << names[i];
@@ -110,4 +110,14 @@ TEST(TableStatements, ReadsTheValuesOfAColumnThatAreSet) {
               "SELECT pg_catalog.to_jsonb(t.owner_id) FROM public.event AS t WHERE t.owner_id IS "
               "NOT NULL AND " +
                   keys_of_id);
+}
+
+TEST(TableStatements, CallsTheHookWithTheRelocationAndTheRowOfEachElement) {
+    TableStatementRequest r = on_event(TableStatement::CallHook);
+    EXPECT_EQ(table_statement(r), "");
+    r.hook = "\"Hooks\".\"fix slug\"";
+    EXPECT_EQ(table_statement(r),
+              "SELECT \"Hooks\".\"fix slug\"((j OPERATOR(pg_catalog.->>) "
+              "'relocation')::pg_catalog.uuid, j OPERATOR(pg_catalog.->) 'row') FROM "
+              "pg_catalog.unnest($1) j");
 }

@@ -225,7 +225,7 @@ $$;
 -- every reference inside the export to a table written before it (or set
 -- in the later step).  An array of
 --   {model, relid, table, pk, sequence, columns, refs: [{column, parent,
---    kind: map | users | keep, deferred}], first, last, count, hook}.
+--    kind: map | users | keep, deferred}], first, last, count, hook_oid, hook}.
 CREATE OR REPLACE FUNCTION outbox._relocation_plan(p_relocation uuid, manifest jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -241,7 +241,7 @@ DECLARE
     cols text[];
     refs jsonb;
     span record;
-    hook text;
+    hook_oid oid;
 BEGIN
     FOR v_model IN SELECT o.value FROM jsonb_array_elements_text(manifest->'order')
                                     WITH ORDINALITY o(value, n) ORDER BY o.n LOOP
@@ -275,14 +275,16 @@ BEGIN
             RAISE EXCEPTION 'relocation %: the rows of % are not one range of ordinals',
                 p_relocation, v_model USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        SELECT quote_ident(n.nspname) || '.' || quote_ident(p.proname) INTO hook
-          FROM outbox.relocation_collision_hooks h
-          JOIN pg_proc p ON p.oid = h.hook JOIN pg_namespace n ON n.oid = p.pronamespace
+        -- The hook: its oid for its call (_relocation_statement quotes its
+        -- name), its name for messages (schema-qualified: search_path is
+        -- pg_catalog's).
+        SELECT h.hook::oid INTO hook_oid FROM outbox.relocation_collision_hooks h
          WHERE h.relid = rel;
         plan := plan || jsonb_build_array(jsonb_build_object(
             'model', v_model, 'relid', rel::oid, 'table', rel::text,
             'pk', pk, 'sequence', seq, 'columns', to_jsonb(cols), 'refs', refs,
-            'first', span.first, 'last', span.last, 'count', span.n, 'hook', hook));
+            'first', span.first, 'last', span.last, 'count', span.n, 'hook_oid', hook_oid,
+            'hook', hook_oid::regproc::text));
     END LOOP;
     RETURN plan;
 END
@@ -311,10 +313,12 @@ CREATE OR REPLACE FUNCTION outbox._relocation_rows_statement(relocation text,
 -- insert_rows, insert_new_rows, upsert_rows, update_rows (columns set from
 -- the rows), clear_keys (columns set to NULL), delete_keys, count_keys,
 -- keys_where (key_column one of the keys), rows_of_keys, values_of_keys
--- (key_column's, not NULL).  Built in C++
--- from the names, quoted there (src/relocation/import/table_statements.hpp).
+-- (key_column's, not NULL), call_hook (hook's row for each {relocation,
+-- row} of $1).  Built in C++ from the names, quoted there
+-- (src/relocation/import/table_statements.hpp).
 CREATE OR REPLACE FUNCTION outbox._relocation_statement(kind text, tbl regclass, pk name,
-    columns name[] DEFAULT '{}', key_column name DEFAULT NULL) RETURNS text
+    columns name[] DEFAULT '{}', key_column name DEFAULT NULL, hook regprocedure DEFAULT NULL)
+    RETURNS text
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox__relocation_statement';
 
 CREATE OR REPLACE FUNCTION outbox._relocation_rows_sql(p_relocation uuid,

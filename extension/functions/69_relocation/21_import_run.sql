@@ -16,8 +16,9 @@ BEGIN
     replacement := collided_row;
     IF entry->>'hook' IS NOT NULL THEN
         replacement := (outbox._run_as_table_owner(rel,
-            format('SELECT %s(%L::uuid, j) FROM pg_catalog.unnest($1) j', entry->>'hook',
-                   st.relocation), ARRAY[collided_row]))[1];
+            outbox._relocation_statement('call_hook', rel, entry->>'pk',
+                                         hook => (entry->>'hook_oid')::oid::regprocedure),
+            ARRAY[jsonb_build_object('relocation', st.relocation, 'row', collided_row)]))[1];
         IF replacement IS NULL OR jsonb_typeof(replacement) <> 'object' THEN
             RAISE EXCEPTION 'relocation %: the collision hook % of % returned % for row % instead of a row',
                 st.relocation, entry->>'hook', entry->>'model', coalesce(replacement::text, 'NULL'),

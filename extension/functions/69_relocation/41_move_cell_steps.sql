@@ -102,7 +102,9 @@ DECLARE
     pks bigint[];
     deleted int;
 BEGIN
-    IF mv.step NOT IN ('drained', 'deleting') THEN
+    IF mv.state = 'complete' THEN -- deleted by an earlier call whose answer control lost
+        RETURN jsonb_build_object('deleted', 0, 'done', true);
+    ELSIF mv.step NOT IN ('drained', 'deleting') THEN
         RAISE EXCEPTION 'relocation %: the source deletes the organization only once its outbox rows are delivered',
             mv.relocation USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;

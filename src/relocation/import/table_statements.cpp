@@ -9,7 +9,7 @@ namespace {
 
 const char *const kind_names[] = {"insert_rows",  "insert_new_rows", "upsert_rows", "update_rows",
                                   "clear_keys",   "delete_keys",     "count_keys",  "keys_where",
-                                  "rows_of_keys", "values_of_keys"};
+                                  "rows_of_keys", "values_of_keys",  "call_hook"};
 
 // "prefix a<separator>prefix b ..."
 std::string listed(const std::vector<std::string> &names, std::string_view prefix,
@@ -113,6 +113,12 @@ std::string table_statement(const TableStatementRequest &r) {
             return "";
         return joined({"SELECT pg_catalog.to_jsonb(t.", r.key_column, ") FROM ", r.table,
                        " AS t WHERE t.", r.key_column, " IS NOT NULL AND ", keys});
+    case TableStatement::CallHook:
+        if (r.hook.empty())
+            return "";
+        return joined({"SELECT ", r.hook,
+                       "((j OPERATOR(pg_catalog.->>) 'relocation')::pg_catalog.uuid,"
+                       " j OPERATOR(pg_catalog.->) 'row') FROM pg_catalog.unnest($1) j"});
     }
     return "";
 }

@@ -23,6 +23,7 @@ enum class TableStatement {
     KeysWhere,     // the keys of the rows whose key_column is one of $1
     RowsOfKeys,    // the keys' rows, whole
     ValuesOfKeys,  // the values of key_column in the keys' rows, but NULL
+    CallHook,      // the collision hook's row for each {relocation, row} of $1
 };
 
 // Names as SQL writes them (quoted where they need it).
@@ -33,13 +34,14 @@ struct TableStatementRequest {
     std::vector<std::string>
         columns;            // InsertRows, InsertNewRows, UpsertRows, UpdateRows, ClearKeys
     std::string key_column; // KeysWhere
+    std::string hook;       // CallHook: the function, schema-qualified
 };
 
 // false: no kind of that name.
 bool parse_table_statement(const char *name, TableStatement *kind);
 
 // Returns the statement, or an empty string when the request lacks what its
-// kind needs (columns for an update or a clear).
+// kind needs (columns for an update or a clear, the hook for its call).
 std::string table_statement(const TableStatementRequest &request);
 
 } // namespace pgoutbox::relocation

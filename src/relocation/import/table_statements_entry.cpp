@@ -1,6 +1,7 @@
-// outbox._relocation_statement(kind, tbl, pk, columns, key_column): the
-// statement of table_statements.hpp on table tbl, its names quoted here
-// with quote_identifier (the table's with its schema's), and nowhere else.
+// outbox._relocation_statement(kind, tbl, pk, columns, key_column, hook):
+// the statement of table_statements.hpp on table tbl, its names quoted here
+// with quote_identifier (the table's and the hook's with their schema's),
+// and nowhere else.
 //
 // The arguments are read and quoted before the statement is built, and
 // its text is copied out without a PostgreSQL error: none unwinds through
@@ -28,6 +29,7 @@ struct Arguments {
     const char **columns;
     int column_count;
     const char *key_column; // "" for none
+    const char *hook;       // "" for none
 };
 
 const char *quoted_name(FunctionCallInfo fcinfo, int arg) {
@@ -69,6 +71,15 @@ Arguments read_arguments(FunctionCallInfo fcinfo) {
         args.columns[i] = quote_identifier(NameStr(*DatumGetName(values[i])));
     }
     args.key_column = PG_ARGISNULL(4) ? "" : quoted_name(fcinfo, 4);
+    args.hook = "";
+    if (!PG_ARGISNULL(5)) {
+        Oid hook = PG_GETARG_OID(5);
+        char *name = get_func_name(hook);
+        if (name == nullptr)
+            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
+                            errmsg("hook: function with OID %u does not exist", hook)));
+        args.hook = quote_qualified_identifier(get_namespace_name(get_func_namespace(hook)), name);
+    }
     return args;
 }
 
@@ -82,6 +93,7 @@ text *statement_text(const Arguments &args) {
     for (int i = 0; i < args.column_count; i++)
         request.columns.emplace_back(args.columns[i]);
     request.key_column = args.key_column;
+    request.hook = args.hook;
     std::string statement = table_statement(request);
     return statement.empty() ? nullptr : pg::text_of(statement);
 }
@@ -94,7 +106,8 @@ OUTBOX_FUNCTION(outbox__relocation_statement) {
     if (statement == nullptr)
         ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                         errmsg("kind %s needs %s", args.kind_name,
-                               args.kind == TableStatement::KeysWhere ||
+                               args.kind == TableStatement::CallHook ? "hook"
+                               : args.kind == TableStatement::KeysWhere ||
                                        args.kind == TableStatement::ValuesOfKeys
                                    ? "key_column"
                                    : "columns")));
