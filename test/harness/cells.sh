@@ -67,6 +67,7 @@ cells_stop() {
     for name in "${CELL_NAMES[@]}"; do
         [[ -n ${CELL_DIR[$name]:-} && -d ${CELL_DIR[$name]} ]] || continue
         cell_stop "$name"
+        report_crashes "${CELL_DIR[$name]}/server.log"
         if [[ -n ${OUTBOX_SANITIZER_LOG:-} ]]; then
             grep -h -A 30 -E 'runtime error:|ERROR: AddressSanitizer' "${CELL_DIR[$name]}/server.log" \
                 >>"$OUTBOX_SANITIZER_LOG" 2>/dev/null || true

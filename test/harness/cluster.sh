@@ -63,6 +63,15 @@ redis_start() {
     return 1
 }
 
+# Says "not ok" for a server process that died of a signal other than
+# SIGKILL (which tests send on purpose) in the server log given: a crashed
+# backend fails its script whatever the script's own checks said.
+report_crashes() { # SERVER_LOG
+    local crash
+    crash=$(grep -m1 -E 'terminated by signal ([0-8]|[1-9][0-9])' "$1" 2>/dev/null) || return 0
+    echo "not ok - no server process crashed: ${crash#*LOG:  }"
+}
+
 cluster_stop() {
     if [[ -n ${REDIS_PID:-} ]]; then
         kill "$REDIS_PID" 2>/dev/null || true
@@ -72,6 +81,7 @@ cluster_stop() {
     fi
     if [[ -n ${CLUSTER_DIR:-} && -d $CLUSTER_DIR ]]; then
         _as_db_user "$PG_BIN/pg_ctl" -D "$CLUSTER_DIR/data" -m immediate stop >/dev/null 2>&1 || true
+        report_crashes "$CLUSTER_DIR/server.log"
         # test/sanitize.sh: keep what the sanitizers reported.
         if [[ -n ${OUTBOX_SANITIZER_LOG:-} ]]; then
             grep -h -A 30 -E 'runtime error:|ERROR: AddressSanitizer' "$CLUSTER_DIR/server.log" \

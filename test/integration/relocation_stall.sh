@@ -29,7 +29,10 @@ move_cells_setup "log_lock_waits = on" "deadlock_timeout = 10ms" "log_min_messag
     "log_line_prefix = '%m [%p] %a '" || exit 1
 on us -c "CREATE TABLE public.audit_note (id int); GRANT INSERT ON public.audit_note TO move_app" >/dev/null
 # An application session idle in a transaction, for the whole move.
-(echo "BEGIN; INSERT INTO public.audit_note VALUES (1);"; sleep 600) |
+# (Its input ends when this script does: a plain sleep outlived the script
+# and held the caller's output open for ten minutes.)
+(echo "BEGIN; INSERT INTO public.audit_note VALUES (1);"
+ while kill -0 $$ 2>/dev/null; do sleep 1; done) |
     ON_USER=move_app on us >/dev/null 2>&1 &
 idle=$!
 

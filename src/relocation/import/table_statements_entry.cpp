@@ -36,6 +36,16 @@ const char *quoted_name(FunctionCallInfo fcinfo, int arg) {
     return quote_identifier(NameStr(*PG_GETARG_NAME(arg)));
 }
 
+// An object's name in its schema, quoted; an ERROR naming the argument when
+// the object (oid) does not exist (name NULL).
+const char *qualified(const char *argument, const char *object, Oid oid, const char *name,
+                      Oid schema, int sqlstate) {
+    if (name == nullptr)
+        ereport(ERROR, (errcode(sqlstate),
+                        errmsg("%s: %s with OID %u does not exist", argument, object, oid)));
+    return quote_qualified_identifier(get_namespace_name(schema), name);
+}
+
 Arguments read_arguments(FunctionCallInfo fcinfo) {
     const char *names[] = {"kind", "tbl", "pk", "columns"};
     for (int a = 0; a < 4; a++)
@@ -49,11 +59,8 @@ Arguments read_arguments(FunctionCallInfo fcinfo) {
                 (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                  errmsg("kind: no statement of kind %s", quote_literal_cstr(args.kind_name))));
     Oid relid = PG_GETARG_OID(1);
-    char *relname = get_rel_name(relid);
-    if (relname == nullptr)
-        ereport(ERROR, (errcode(ERRCODE_UNDEFINED_TABLE),
-                        errmsg("tbl: relation with OID %u does not exist", relid)));
-    args.table = quote_qualified_identifier(get_namespace_name(get_rel_namespace(relid)), relname);
+    args.table = qualified("tbl", "relation", relid, get_rel_name(relid), get_rel_namespace(relid),
+                           ERRCODE_UNDEFINED_TABLE);
     args.pk = quoted_name(fcinfo, 2);
     ArrayType *columns = PG_GETARG_ARRAYTYPE_P(3);
     if (ARR_NDIM(columns) > 1)
@@ -71,15 +78,10 @@ Arguments read_arguments(FunctionCallInfo fcinfo) {
         args.columns[i] = quote_identifier(NameStr(*DatumGetName(values[i])));
     }
     args.key_column = PG_ARGISNULL(4) ? "" : quoted_name(fcinfo, 4);
-    args.hook = "";
-    if (!PG_ARGISNULL(5)) {
-        Oid hook = PG_GETARG_OID(5);
-        char *name = get_func_name(hook);
-        if (name == nullptr)
-            ereport(ERROR, (errcode(ERRCODE_UNDEFINED_FUNCTION),
-                            errmsg("hook: function with OID %u does not exist", hook)));
-        args.hook = quote_qualified_identifier(get_namespace_name(get_func_namespace(hook)), name);
-    }
+    Oid hook = PG_ARGISNULL(5) ? InvalidOid : PG_GETARG_OID(5);
+    args.hook = PG_ARGISNULL(5) ? ""
+                                : qualified("hook", "function", hook, get_func_name(hook),
+                                            get_func_namespace(hook), ERRCODE_UNDEFINED_FUNCTION);
     return args;
 }
 
