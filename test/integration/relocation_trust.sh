@@ -84,6 +84,27 @@ for cell in us eu; do
         echo "  not refused as 42704:$refused" >&2
     check "  ... a made-up operation too (22023)" \
         test "$(as_link "$cell" "SELECT outbox.relocation_peer(1, 'drop_everything', '{\"relocation\": \"$fake\"}')")" = 22023
+    # Bad arguments, each refused with its SQLSTATE (and no crash: a uuid
+    # copied as a varlena once killed the backend here).
+    wrong=
+    while IFS='|' read -r args want; do
+        got=$(as_link "$cell" "SELECT outbox.relocation_peer($args)")
+        [[ $got == "$want" ]] || wrong="$wrong [$args]:$got"
+    done <<ARGS
+NULL, 'export', '{"relocation": "$fake"}'|0A000
+2, 'export', '{"relocation": "$fake"}'|0A000
+1, 'export', NULL|22023
+1, 'export', '[]'|22023
+1, 'export', '"x"'|22023
+1, 'export', '{}'|22004
+1, 'export', '{"relocation": null}'|22004
+1, 'export', '{"relocation": "nope"}'|22P02
+1, 'export', '{"relocation": 5}'|22P02
+1, NULL, '{"relocation": "$fake"}'|22023
+1, 'taken', '{"relocation": "$fake", "keys": 5}'|22023
+ARGS
+    check "  ... bad arguments refused, each with its SQLSTATE" test -z "$wrong" ||
+        echo "  refused otherwise:$wrong" >&2
     check "  ... a cancel of it does nothing" \
         test "$(ON_USER=outbox_link_control on "$cell" -c "SELECT outbox.relocation_peer(1, 'cancel', '{\"relocation\": \"$fake\"}')->>'deleted'")" = 0
     check "  ... and $cell's moves, change log, staging, members, paused shards and organizations are as they were" \
@@ -133,6 +154,10 @@ check "  ... to a cell's link role only, not even to a superuser (42501)" \
     test "$(state_of control "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$relocation\"}')")" = 42501
 check "  ... and of no move it did not record (42704)" \
     test "$(ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'record', '{\"relocation\": \"$fake\"}')")" = 42704
+check "  ... and of a bad call: a cell's operation (22023), no argument (22023), no relocation (22004)" \
+    test "$(ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'export', '{\"relocation\": \"$fake\"}')")/$(
+            ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'record', NULL)")/$(
+            ON_USER=outbox_link_us state_of control "SELECT outbox.relocation_peer(1, 'record', '{}')")" = 22023/22023/22004
 # A partition attached while the move runs, in both cells, carries the
 # fence and the change log as the others do.  (Its FOREIGN KEY locks
 # project against the writers for as long as it takes, and a TRUNCATE
