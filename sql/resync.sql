@@ -100,6 +100,11 @@ UPDATE outbox.resync_jobs SET created_at = created_at - interval '1 hour',
                               paused_at = paused_at - interval '1 hour' WHERE id = :job;
 SELECT outbox.resume_resync(:job);
 SELECT eta < interval '10 minutes' AS eta_without_the_pause FROM outbox.resyncs WHERE job = :job;
+-- Nor an hour failed (as a failed batch leaves it: finished_at set).
+UPDATE outbox.resync_jobs SET state = 'failed', finished_at = now() - interval '1 hour',
+                              created_at = created_at - interval '1 hour' WHERE id = :job;
+SELECT outbox.resume_resync(:job);
+SELECT eta < interval '10 minutes' AS eta_without_the_failure FROM outbox.resyncs WHERE job = :job;
 SELECT count(*) AS cursors_before_cancel FROM outbox.cursors WHERE table_key = 'resync.' || :job;
 SELECT outbox.cancel_resync(:job);
 SELECT count(*) AS cursors_after_cancel FROM outbox.cursors WHERE table_key = 'resync.' || :job;
