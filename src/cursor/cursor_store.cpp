@@ -23,6 +23,10 @@ struct PendingWrite {
     char *redis_key;
     char *value; // formatted (cursor_value.hpp); NULL: the key is deleted
     KeyKind kind;
+    // The initial cursor that a read of a missing key creates: a default,
+    // set only if the key is still missing at commit (SET NX), so that a
+    // value another client set meanwhile is not overwritten.
+    bool if_absent;
     SubTransactionId subxact;
 };
 
@@ -63,9 +67,13 @@ void flush_pending() {
     auto **values = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
     auto *kinds = (KeyKind *)palloc_extended(sizeof(KeyKind) * n, MCXT_ALLOC_NO_OOM);
     auto **deleted = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
-    if (keys == nullptr || values == nullptr || kinds == nullptr || deleted == nullptr)
+    // The writes that set a key only if it is absent (if_absent).
+    auto **created = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
+    auto **created_values = (const char **)palloc_extended(sizeof(char *) * n, MCXT_ALLOC_NO_OOM);
+    if (keys == nullptr || values == nullptr || kinds == nullptr || deleted == nullptr ||
+        created == nullptr || created_values == nullptr)
         return;
-    int nkeys = 0, ndeleted = 0;
+    int nkeys = 0, ndeleted = 0, ncreated = 0;
     ListCell *lc;
     foreach (lc, writes) {
         auto *write = (PendingWrite *)lfirst(lc);
@@ -80,11 +88,16 @@ void flush_pending() {
             deleted[ndeleted++] = write->redis_key;
             continue;
         }
+        if (write->if_absent) {
+            created[ncreated] = write->redis_key;
+            created_values[ncreated++] = write->value;
+            continue;
+        }
         keys[nkeys] = write->redis_key;
         kinds[nkeys] = write->kind;
         values[nkeys++] = write->value;
     }
-    if (nkeys == 0 && ndeleted == 0)
+    if (nkeys == 0 && ndeleted == 0 && ncreated == 0)
         return;
     redis::Error error;
     volatile bool ok = false;
@@ -107,6 +120,9 @@ void flush_pending() {
         if (ok && ndeleted > 0 && !redis::del(ndeleted, deleted, &del_error))
             ereport(WARNING, (errmsg("%d ended cursor(s) were not deleted (%s among them): %s",
                                      ndeleted, deleted[0], del_error.message)));
+        // A default not set is set by the next read: nothing to report.
+        for (int i = 0; ok && i < ncreated; i++)
+            redis::set_if_absent(created[i], created_values[i], &del_error);
     }
     PG_CATCH();
     {
@@ -195,13 +211,14 @@ void ensure_callbacks() {
     callbacks_registered = true;
 }
 
-void add_pending(const char *redis_key, KeyKind kind, const char *value) {
+void add_pending(const char *redis_key, KeyKind kind, const char *value, bool if_absent = false) {
     ensure_callbacks();
     MemoryContext old = MemoryContextSwitchTo(TopTransactionContext);
     auto *write = (PendingWrite *)palloc(sizeof(PendingWrite));
     write->redis_key = pstrdup(redis_key);
     write->value = value != nullptr ? pstrdup(value) : nullptr;
     write->kind = kind;
+    write->if_absent = if_absent;
     write->subxact = GetCurrentSubTransactionId();
     pending = lappend(pending, write);
     MemoryContextSwitchTo(old);
@@ -290,7 +307,8 @@ Cursor cursor_read(const char *table_key) {
     const PendingWrite *write = latest_pending(key);
     char *value = write != nullptr ? write->value : redis::get_or_error(key);
     if (value == nullptr) {
-        add_pending(key, KeyKind::Cursor, formatted([] { return format_cursor(initial_cursor); }));
+        add_pending(key, KeyKind::Cursor, formatted([] { return format_cursor(initial_cursor); }),
+                    true);
         return initial_cursor;
     }
     return parse_or_error(psprintf("at Redis key \"%s\"", key), value);

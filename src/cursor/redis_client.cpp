@@ -340,6 +340,13 @@ bool del(int n, const char *const *keys, Error *error) {
     return ok;
 }
 
+bool set_if_absent(const char *key, const char *value, Error *error) {
+    if (!ensure_connection(error))
+        return false;
+    const char *argv[] = {"SET", key, value, "NX"};
+    return simple_command(error, 4, argv);
+}
+
 char *get_or_error(const char *key) {
     Error error;
     char *value;

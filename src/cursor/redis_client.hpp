@@ -52,6 +52,10 @@ bool mset(int n, const char *const *keys, const char *const *values, Error *erro
 // DEL key ...: n keys in one round trip, with mset's rule for interrupts.
 bool del(int n, const char *const *keys, Error *error);
 
+// SET key value NX: sets key only if it does not exist (a reply of nil, when
+// it does, is no error).
+bool set_if_absent(const char *key, const char *value, Error *error);
+
 // GET, raising a failure as an ERROR.
 char *get_or_error(const char *key);
 

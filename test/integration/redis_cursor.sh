@@ -34,6 +34,15 @@ check "a rolled-back read does not create the key" [ "$(rcli EXISTS $key)" = 0 ]
 got=$(q -c "SELECT lower_bound || ',' || version FROM outbox.get_processing_state('orgs')")
 check "a missing key reads as (0, 1)" [ "$got" = "0,1" ]
 check "and is created as Sentry's [0, 1]" [ "$(rcli GET $key)" = "[0, 1]" ]
+# The [0, 1] a read creates is a default, written only if the key is still
+# absent at commit: a value that another client set in between (an operator,
+# a worker's batch) is not overwritten.  (CI once saw a worker's read of a
+# new table overwrite a value the test had just set.)
+rcli DEL $key >/dev/null
+q -c "BEGIN" -c "SELECT * FROM outbox.get_processing_state('orgs')" \
+  -c "\\! redis-cli -p $REDIS_PORT SET $key '[5, 1]'" -c "COMMIT" >/dev/null
+check "the created [0, 1] does not overwrite a value set before commit" [ "$(rcli GET $key)" = "[5, 1]" ]
+rcli SET $key '[0, 1]' >/dev/null
 
 # Sentry's json.dumps((low, version)) and other JSON spellings read; what
 # pg_outbox writes reads in Python's json.
