@@ -247,6 +247,12 @@ AS $$
      WHERE a.relid <> rel
 $$;
 
+-- The DDL of pg_outbox's triggers on tbl (kind: a trigger's name, or
+-- drop_trigger or lock), names quoted in C++ (src/registry/trigger_statements.cpp).
+CREATE OR REPLACE FUNCTION outbox._trigger_statement(kind text, tbl regclass,
+    arguments text[] DEFAULT '{}') RETURNS text
+    LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox__trigger_statement';
+
 -- Capture triggers on every relation of tbl's partition tree (tbl itself when
 -- it is a plain table): statement triggers are not inherited, and a
 -- statement on a partition fires only that partition's.  TRUNCATE triggers
@@ -258,31 +264,19 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     node record;
-    trigger_sql text;
     trigger_name text;
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = tbl AND g.tgname = 'outbox_capture_apply') THEN
-        EXECUTE format('CREATE TRIGGER outbox_capture_apply AFTER INSERT OR UPDATE OR DELETE ON %s '
-                       'FOR EACH ROW WHEN (outbox._in_logical_apply()) '
-                       'EXECUTE FUNCTION outbox.capture_row()', tbl);
-        EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER outbox_capture_apply', tbl);
+        EXECUTE outbox._trigger_statement('outbox_capture_apply', tbl);
     END IF;
     FOR node IN SELECT t.relid, t.isleaf FROM outbox._partition_tree(tbl) t LOOP
-        FOR trigger_name, trigger_sql IN VALUES
-            ('outbox_capture_insert', 'AFTER INSERT ON %s REFERENCING NEW TABLE AS outbox_new'),
-            ('outbox_capture_update', 'AFTER UPDATE ON %s REFERENCING OLD TABLE AS outbox_old NEW TABLE AS outbox_new'),
-            ('outbox_capture_delete', 'AFTER DELETE ON %s REFERENCING OLD TABLE AS outbox_old'),
-            ('outbox_capture_truncate', 'BEFORE TRUNCATE ON %s')
-        LOOP
+        FOREACH trigger_name IN ARRAY ARRAY['outbox_capture_insert', 'outbox_capture_update',
+                                            'outbox_capture_delete', 'outbox_capture_truncate'] LOOP
             CONTINUE WHEN trigger_name = 'outbox_capture_truncate' AND NOT node.isleaf;
             -- Checked per trigger: the DDL event trigger may have made it meanwhile.
             CONTINUE WHEN EXISTS (SELECT FROM pg_trigger g
                                    WHERE g.tgrelid = node.relid AND g.tgname = trigger_name);
-            EXECUTE format('CREATE TRIGGER %I ' || trigger_sql || ' FOR EACH STATEMENT '
-                           'EXECUTE FUNCTION outbox.%s()', trigger_name, node.relid,
-                           CASE trigger_name WHEN 'outbox_capture_truncate' THEN 'capture_truncate'
-                                ELSE 'capture_statement' END);
-            EXECUTE format('ALTER TABLE %s ENABLE ALWAYS TRIGGER %I', node.relid, trigger_name);
+            EXECUTE outbox._trigger_statement(trigger_name, node.relid);
         END LOOP;
     END LOOP;
 END

@@ -75,7 +75,7 @@ BEGIN
     FOR capture IN SELECT g.tgrelid::regclass AS rel, g.tgname
                FROM outbox._partition_tree(rel) t JOIN pg_trigger g ON g.tgrelid = t.relid
               WHERE g.tgfoid = ANY (outbox._capture_functions()) AND g.tgparentid = 0 LOOP
-        EXECUTE format('DROP TRIGGER %I ON %s', capture.tgname, capture.rel);
+        EXECUTE outbox._trigger_statement('drop_trigger', capture.rel, ARRAY[capture.tgname::text]);
     END LOOP;
 END
 $$;

@@ -157,7 +157,7 @@ $$;
 -- passed the fence, TRUNCATE of one passed).  A partition's triggers
 -- carry its root's table key.
 CREATE OR REPLACE FUNCTION outbox._move_tables_to_equip(only_missing boolean)
-RETURNS TABLE (relid regclass, args text, row_check boolean)
+RETURNS TABLE (relid regclass, args text[], row_check boolean)
 LANGUAGE sql STABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -167,9 +167,10 @@ AS $$
          WHERE r.scope = 'Organization'
     ), wanted AS (
         SELECT p.relid::regclass AS relid,
-               format('%L, %L', m.model, m.pk) || coalesce((
-                   SELECT string_agg(format(', %L, %L', r.value->>'column', r.value->>'parent'), '')
-                     FROM jsonb_array_elements(m.refs) r), '') AS args,
+               ARRAY[m.model, m.pk] || ARRAY(
+                   SELECT x FROM jsonb_array_elements(m.refs) WITH ORDINALITY r(value, n),
+                          LATERAL (VALUES (1, r.value->>'column'), (2, r.value->>'parent')) v(k, x)
+                    ORDER BY r.n, v.k) AS args,
                coalesce(c.relkind = 'r' AND (m.model = (SELECT model FROM root)
                    OR m.refs @> jsonb_build_array(jsonb_build_object('parent',
                                                                      (SELECT model FROM root)))),
@@ -179,13 +180,17 @@ AS $$
           JOIN pg_class c ON c.oid = p.relid
          WHERE c.relkind IN ('r', 'p')
     )
-    SELECT w.relid, w.args, w.row_check FROM wanted w
+    SELECT w.relid, w.args, w.row_check
+      FROM wanted w,
+           -- The arguments as pg_get_triggerdef shows them.
+           LATERAL (SELECT '(' || string_agg(quote_literal(a), ', ' ORDER BY n) || ')' AS shown
+                      FROM unnest(w.args) WITH ORDINALITY u(a, n)) c
      WHERE CASE WHEN only_missing
                 THEN NOT EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = w.relid
                                     AND g.tgname = 'pg_outbox_move_insert')
                 ELSE (SELECT count(*) FILTER (WHERE g.tgenabled = 'A'
-                                                AND right(pg_get_triggerdef(g.oid), length(w.args) + 2)
-                                                    = '(' || w.args || ')')
+                                                AND right(pg_get_triggerdef(g.oid), length(c.shown))
+                                                    = c.shown)
                              || '/' || count(*)
                         FROM pg_trigger g
                        WHERE g.tgrelid = w.relid
@@ -217,29 +222,11 @@ BEGIN
                     WHERE g.tgrelid = t.relid
                       AND g.tgfoid IN ('outbox._move_trigger()'::regprocedure,
                                        'outbox._move_row_trigger()'::regprocedure) LOOP
-            EXECUTE format('DROP TRIGGER %I ON %s', old.tgname, t.relid);
+            EXECUTE outbox._trigger_statement('drop_trigger', t.relid, ARRAY[old.tgname::text]);
         END LOOP;
-        EXECUTE format('CREATE TRIGGER pg_outbox_move_insert AFTER INSERT ON %1$s'
-                       ' REFERENCING NEW TABLE AS pg_outbox_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
-                       ' CREATE TRIGGER pg_outbox_move_update AFTER UPDATE ON %1$s'
-                       ' REFERENCING OLD TABLE AS pg_outbox_old NEW TABLE AS pg_outbox_new'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
-                       ' CREATE TRIGGER pg_outbox_move_delete AFTER DELETE ON %1$s'
-                       ' REFERENCING OLD TABLE AS pg_outbox_old'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
-                       ' CREATE TRIGGER pg_outbox_move_truncate BEFORE TRUNCATE ON %1$s'
-                       ' FOR EACH STATEMENT EXECUTE FUNCTION outbox._move_trigger(%2$s);'
-                       ' ALTER TABLE %1$s ENABLE ALWAYS TRIGGER pg_outbox_move_insert,'
-                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_update,'
-                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_delete,'
-                       ' ENABLE ALWAYS TRIGGER pg_outbox_move_truncate',
-                       t.relid, t.args);
+        EXECUTE outbox._trigger_statement('pg_outbox_move', t.relid, t.args);
         IF t.row_check THEN
-            EXECUTE format('CREATE TRIGGER pg_outbox_move_row BEFORE INSERT OR UPDATE ON %1$s'
-                           ' FOR EACH ROW EXECUTE FUNCTION outbox._move_row_trigger(%2$s);'
-                           ' ALTER TABLE %1$s ENABLE ALWAYS TRIGGER pg_outbox_move_row',
-                           t.relid, t.args);
+            EXECUTE outbox._trigger_statement('pg_outbox_move_row', t.relid, t.args);
         END IF;
         installed := installed + 1;
     END LOOP;
@@ -283,7 +270,7 @@ BEGIN
         BEGIN
             PERFORM set_config('lock_timeout', '50ms', true);
             FOREACH t IN ARRAY ARRAY(SELECT DISTINCT u FROM unnest(tables) u ORDER BY 1) LOOP
-                EXECUTE format('LOCK TABLE %s IN %s MODE', t, mode);
+                EXECUTE outbox._trigger_statement('lock', t, ARRAY[mode]);
             END LOOP;
             PERFORM set_config('lock_timeout', caller_timeout, true);
             RETURN;
