@@ -1,7 +1,7 @@
 -- The statements relocation builds in C++, through their SQL entries:
 -- the one that reads an import's staged rows with their keys mapped
 -- (src/relocation/import/rows_statement.hpp: outbox._relocation_rows_sql as
--- the import calls it with a plan entry, bad arguments to
+-- the import calls it with a plan entry and a purpose, bad arguments to
 -- outbox._relocation_rows_statement) and those it runs on an application's
 -- table (table_statements.hpp: outbox._relocation_statement, names quoted,
 -- bad arguments).  The texts are unit-tested (test/unit/); the import, the
@@ -16,28 +16,29 @@ SELECT outbox._relocation_rows_sql('11111111-1111-1111-1111-111111111111',
     '{"model": "public.project", "pk": "id", "refs": [
       {"column": "organization_id", "parent": "public.organization", "kind": "map", "deferred": false},
       {"column": "parent_id", "parent": "public.project", "kind": "map", "deferred": true},
-      {"column": "owner_id", "parent": "public.user", "kind": "users", "deferred": false}]}', true)
+      {"column": "owner_id", "parent": "public.user", "kind": "users", "deferred": false}]}', 'insert')
     ~ '''parent_id'', NULL::bigint.*m\.relocation = ''22222222-2222-2222-2222-222222222222'' AND m\.table_key = ''public\.user'''
     AS deferred_null_and_users_mapped;
 -- Without references; without the users' map, their values kept.
 SELECT outbox._relocation_rows_sql('11111111-1111-1111-1111-111111111111', NULL,
-    '{"model": "public.team", "pk": "id", "refs": []}', true) !~ 'relocation_pk_map' AS no_lookup;
+    '{"model": "public.team", "pk": "id", "refs": []}', 'insert') !~ 'relocation_pk_map' AS no_lookup;
 SELECT outbox._relocation_rows_sql('11111111-1111-1111-1111-111111111111', NULL,
     '{"model": "public.member", "pk": "id", "refs": [
-      {"column": "user_id", "parent": "public.user", "kind": "users", "deferred": false}]}', false)
+      {"column": "user_id", "parent": "public.user", "kind": "users", "deferred": false}]}', 'deferred')
     !~ 'm1' AS users_kept;
 -- Bad arguments: each named.
-SELECT outbox._relocation_rows_statement(NULL, NULL, 'm', 'id', '{}', '{}', '{}', '{}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', NULL, '{}', '{}', '{}', '{}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{}', '{}', '{}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a,NULL}', '{p,q}', '{f,f}', '{f,f}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{p}', '{NULL}', '{f}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{{a}}', '{{p}}', '{{f}}', '{{f}}', true, 'BETWEEN $1 AND $2', false);
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{p}', '{f}', '{f}', NULL, 'BETWEEN $1 AND $2', false);
+SELECT outbox._relocation_rows_statement(NULL, NULL, 'm', 'id', '{}', '{}', '{}', '{}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', NULL, '{}', '{}', '{}', '{}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{}', '{}', '{}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a,NULL}', '{p,q}', '{f,f}', '{f,f}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{p}', '{NULL}', '{f}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{{a}}', '{{p}}', '{{f}}', '{{f}}', 'insert');
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{p}', '{f}', '{f}', NULL);
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{a}', '{p}', '{f}', '{f}', 'update');
 -- Only the extension's owner runs it.
 CREATE ROLE rows_statement_nobody;
 SET ROLE rows_statement_nobody;
-SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{}', '{}', '{}', '{}', true, 'BETWEEN $1 AND $2', false);
+SELECT outbox._relocation_rows_statement('r', NULL, 'm', 'id', '{}', '{}', '{}', '{}', 'insert');
 SELECT outbox._relocation_statement('rows_of_keys', 'pg_class', 'oid');
 RESET ROLE;
 DROP ROLE rows_statement_nobody;

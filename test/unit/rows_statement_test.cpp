@@ -87,3 +87,31 @@ TEST(RowsStatement, OddNamesStayLiterals) {
         rows_statement(r),
         R"SQL(SELECT y.ordinal, y.old, y.new, CASE WHEN y.fields->>'it''s, {odd}' IS NOT NULL AND y.m1 IS NULL THEN outbox._relocation_unresolved('11111111-1111-1111-1111-111111111111', E'we''ird\\schema.t', y.old, 'it''s, {odd}', E'a\\b', y.fields) WHEN y.fields->>'null' IS NOT NULL AND y.m2 IS NULL THEN outbox._relocation_unresolved('11111111-1111-1111-1111-111111111111', E'we''ird\\schema.t', y.old, 'null', 'p"q', y.fields) ELSE (y.fields || pg_catalog.jsonb_build_object('Key Id', y.new) || pg_catalog.jsonb_build_object('it''s, {odd}', y.m1) || pg_catalog.jsonb_build_object('null', y.m2) || pg_catalog.jsonb_build_object('', NULL::bigint)) || coalesce(y.replaced - '{"it''s, {odd}","null","","Key Id"}'::text[], '{}') END AS row FROM (SELECT s.ordinal, s.pk AS old, s.fields, $3[s.ordinal - $1 + 1] AS new, NULL::jsonb AS replaced, (SELECT m.new FROM outbox.relocation_pk_map m WHERE m.relocation = '11111111-1111-1111-1111-111111111111' AND m.table_key = E'a\\b' AND m.old = (s.fields->>'it''s, {odd}')::bigint) AS m1, (SELECT m.new FROM outbox.relocation_pk_map m WHERE m.relocation = '11111111-1111-1111-1111-111111111111' AND m.table_key = 'p"q' AND m.old = (s.fields->>'null')::bigint) AS m2 FROM outbox.relocation_rows s WHERE s.relocation = '11111111-1111-1111-1111-111111111111' AND s.model = E'we''ird\\schema.t' AND s.ordinal BETWEEN $1 AND $2 OFFSET 0) y)SQL");
 }
+
+TEST(RowsStatement, EachPurposeAroundItsRows) {
+    RowsStatementRequest r = project(false);
+    RowsPurpose purpose;
+    ASSERT_TRUE(parse_rows_purpose("insert", &purpose));
+    // The insert step: its rows as before (deferred columns NULL), in one array.
+    EXPECT_EQ(rows_purpose_statement(r, purpose),
+              "SELECT pg_catalog.array_agg(x.row ORDER BY x.ordinal) FROM (" +
+                  rows_statement(project(true)) + ") x");
+    ASSERT_TRUE(parse_rows_purpose("deferred", &purpose));
+    EXPECT_EQ(
+        rows_purpose_statement(project(true), purpose),
+        "SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object('id', x.new) || (SELECT "
+        "pg_catalog.jsonb_object_agg(e.key, e.value) FROM pg_catalog.jsonb_each(x.row) e WHERE "
+        "e.key = ANY ('{parent_id}'::text[])) ORDER BY x.ordinal) FILTER (WHERE x.row ?| "
+        "'{parent_id}'::text[] AND EXISTS (SELECT FROM pg_catalog.jsonb_each(x.row) e WHERE e.key "
+        "= ANY ('{parent_id}'::text[]) AND e.value <> 'null'::jsonb)) FROM (" +
+            rows_statement(project(false)) + ") x");
+    ASSERT_TRUE(parse_rows_purpose("compare", &purpose));
+    RowsStatementRequest compared = project(false);
+    compared.joined = true;
+    compared.ordinals = "IS NOT NULL";
+    EXPECT_EQ(rows_purpose_statement(r, purpose),
+              "SELECT 'public.project' AS model, x.new AS pk, x.row - 'id' AS fields FROM (" +
+                  rows_statement(compared) + ") x");
+    EXPECT_FALSE(parse_rows_purpose("Insert", &purpose));
+    EXPECT_FALSE(parse_rows_purpose("", &purpose));
+}

@@ -295,17 +295,18 @@ CREATE OR REPLACE FUNCTION outbox._relocation_table_key(rel regclass) RETURNS te
     LANGUAGE c STABLE SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'outbox__relocation_table_key';
 
--- The SELECT that gives the staged rows of one table (entry, of the plan)
--- between ordinals $1 and $2 as they are written here: (ordinal, old, new,
--- row), row the fields with the new primary key and every reference inside
--- the export rewritten through the map; the references of a cycle NULL when
--- deferred_null (the insert step, whose new keys are $3, in ordinal order),
--- else rewritten too (their later step, the compare).  A reference whose
--- value the map does not have (a row outside the export) raises an error.
--- Built in C++ (src/relocation/import/rows_statement.hpp).
+-- The statement over the staged rows of one table (entry, of the plan) as
+-- they are written here, each row's fields with the new primary key and
+-- every reference inside the export rewritten through the map, for purpose:
+-- insert (ordinals $1 to $2 as one jsonb[], the references of a cycle NULL,
+-- the new keys $3 in ordinal order), deferred (their later step: the new
+-- key and the cycle's columns of the rows that have them, as one jsonb[])
+-- or compare (every row as model, pk, fields).  A reference whose value the
+-- map does not have (a row outside the export) raises an error.  Built in
+-- C++ (src/relocation/import/rows_statement.hpp).
 CREATE OR REPLACE FUNCTION outbox._relocation_rows_statement(relocation text,
     users_relocation text, model text, pk text, columns text[], parents text[], users boolean[],
-    deferred boolean[], deferred_null boolean, ordinals text, joined boolean) RETURNS text
+    deferred boolean[], purpose text) RETURNS text
     LANGUAGE c IMMUTABLE AS 'MODULE_PATHNAME', 'outbox__relocation_rows_statement';
 
 -- A statement relocation runs on table tbl as its owner (through
@@ -322,8 +323,7 @@ CREATE OR REPLACE FUNCTION outbox._relocation_statement(kind text, tbl regclass,
     LANGUAGE c STABLE AS 'MODULE_PATHNAME', 'outbox__relocation_statement';
 
 CREATE OR REPLACE FUNCTION outbox._relocation_rows_sql(p_relocation uuid,
-    p_users_relocation uuid, entry jsonb, deferred_null boolean,
-    ordinals text DEFAULT 'BETWEEN $1 AND $2', joined boolean DEFAULT false) RETURNS text
+    p_users_relocation uuid, entry jsonb, purpose text) RETURNS text
 LANGUAGE sql IMMUTABLE
 SET search_path = pg_catalog, pg_temp
 AS $$
@@ -333,7 +333,7 @@ AS $$
                coalesce(array_agg(r.value->>'parent' ORDER BY r.n), '{}'),
                coalesce(array_agg(r.value->>'kind' = 'users' ORDER BY r.n), '{}'),
                coalesce(array_agg((r.value->>'deferred')::boolean ORDER BY r.n), '{}'),
-               deferred_null, ordinals, joined)
+               purpose)
       FROM jsonb_array_elements(entry->'refs') WITH ORDINALITY r(value, n)
 $$;
 

@@ -77,8 +77,7 @@ BEGIN
     INSERT INTO outbox.relocation_pk_map (relocation, table_key, old, new)
     SELECT st.relocation, entry->>'model', u.old, u.new FROM unnest(olds, news) u(old, new);
 
-    EXECUTE format('SELECT array_agg(x.row ORDER BY x.ordinal) FROM (%s) x',
-                   outbox._relocation_rows_sql(st.relocation, st.users_relocation, entry, true))
+    EXECUTE outbox._relocation_rows_sql(st.relocation, st.users_relocation, entry, 'insert')
        INTO rows_to_write USING lo, hi, news;
 
     columns := ARRAY(SELECT jsonb_array_elements_text(entry->'columns'));
@@ -136,15 +135,7 @@ DECLARE
     updates jsonb[];
 BEGIN
     deferred := outbox._relocation_deferred(entry);
-    EXECUTE format('SELECT array_agg(pg_catalog.jsonb_build_object(%L, x.new) || ('
-                   '   SELECT pg_catalog.jsonb_object_agg(e.key, e.value)'
-                   '     FROM pg_catalog.jsonb_each(x.row) e WHERE e.key = ANY (%L::text[]))'
-                   '   ORDER BY x.ordinal) FILTER (WHERE x.row ?| %L::text[] AND EXISTS ('
-                   '   SELECT FROM pg_catalog.jsonb_each(x.row) e'
-                   '    WHERE e.key = ANY (%L::text[]) AND e.value <> ''null''::jsonb))'
-                   ' FROM (%s) x',
-                   entry->>'pk', deferred, deferred, deferred,
-                   outbox._relocation_rows_sql(st.relocation, st.users_relocation, entry, false))
+    EXECUTE outbox._relocation_rows_sql(st.relocation, st.users_relocation, entry, 'deferred')
        INTO updates USING lo, hi;
     IF updates IS NULL THEN
         RETURN 0;

@@ -106,11 +106,8 @@ BEGIN
     new_roots := ARRAY(SELECT m.new FROM outbox.relocation_pk_map m
                         WHERE m.relocation = p_relocation AND m.table_key = root_model
                           AND m.old = ANY (st.roots) ORDER BY m.new);
-    SELECT string_agg(format('SELECT %L AS model, x.new AS pk, x.row - %L AS fields FROM (%s) x',
-                             e.value->>'model', e.value->>'pk',
-                             outbox._relocation_rows_sql(p_relocation, st.users_relocation,
-                                                         e.value, false, 'IS NOT NULL', true)),
-                      ' UNION ALL ')
+    SELECT string_agg(outbox._relocation_rows_sql(p_relocation, st.users_relocation, e.value,
+                                                  'compare'), ' UNION ALL ')
       INTO expected_sql
       FROM jsonb_array_elements(st.plan) e WHERE (e.value->>'count')::bigint > 0;
     DELETE FROM outbox.relocation_findings f WHERE f.relocation = p_relocation;

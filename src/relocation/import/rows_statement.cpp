@@ -141,4 +141,41 @@ std::string rows_statement(const RowsStatementRequest &r) {
                    " FROM outbox.relocation_rows s", where});
 }
 
+bool parse_rows_purpose(const std::string &name, RowsPurpose *purpose) {
+    if (name == "insert")
+        *purpose = RowsPurpose::Insert;
+    else if (name == "deferred")
+        *purpose = RowsPurpose::Deferred;
+    else if (name == "compare")
+        *purpose = RowsPurpose::Compare;
+    else
+        return false;
+    return true;
+}
+
+std::string rows_purpose_statement(RowsStatementRequest r, RowsPurpose purpose) {
+    r.deferred_null = purpose == RowsPurpose::Insert;
+    r.joined = purpose == RowsPurpose::Compare;
+    r.ordinals = purpose == RowsPurpose::Compare ? "IS NOT NULL" : "BETWEEN $1 AND $2";
+    const std::string rows = rows_statement(r);
+    if (purpose == RowsPurpose::Insert)
+        return joined(
+            {"SELECT pg_catalog.array_agg(x.row ORDER BY x.ordinal) FROM (", rows, ") x"});
+    const std::string pk = sql_literal(r.pk);
+    if (purpose == RowsPurpose::Compare)
+        return joined({"SELECT ", sql_literal(r.model), " AS model, x.new AS pk, x.row - ", pk,
+                       " AS fields FROM (", rows, ") x"});
+    std::vector<std::string> names;
+    for (const RowsReference &ref : r.references)
+        if (ref.deferred)
+            names.push_back(ref.column);
+    const std::string deferred = joined({sql_literal(text_array_text(names)), "::text[]"});
+    const char *their_values = ", x.new) || (SELECT pg_catalog.jsonb_object_agg(e.key, e.value)"
+                               " FROM pg_catalog.jsonb_each(x.row) e WHERE e.key = ANY (";
+    return joined({"SELECT pg_catalog.array_agg(pg_catalog.jsonb_build_object(", pk, their_values,
+                   deferred, ")) ORDER BY x.ordinal) FILTER (WHERE x.row ?| ", deferred,
+                   " AND EXISTS (SELECT FROM pg_catalog.jsonb_each(x.row) e WHERE e.key = ANY (",
+                   deferred, ") AND e.value <> 'null'::jsonb)) FROM (", rows, ") x"});
+}
+
 } // namespace pgoutbox::relocation

@@ -45,4 +45,19 @@ std::string text_array_text(const std::vector<std::string> &names);
 
 std::string rows_statement(const RowsStatementRequest &request);
 
+// What the import does with a table's staged rows, each a statement around
+// rows_statement's (the request's deferred_null, ordinals and joined set
+// for it):
+// - Insert: the rows of ordinals $1 to $2 as one jsonb[] in ordinal order,
+//   the deferred columns NULL, the new keys $3 (the insert step);
+// - Deferred: for those of them whose deferred columns hold a key, an
+//   object of the new key and those columns mapped, as one jsonb[] (the
+//   later step; NULL when none has one);
+// - Compare: every row as (model, pk, fields), keys mapped and joined.
+enum class RowsPurpose { Insert, Deferred, Compare };
+
+bool parse_rows_purpose(const std::string &name, RowsPurpose *purpose);
+
+std::string rows_purpose_statement(RowsStatementRequest request, RowsPurpose purpose);
+
 } // namespace pgoutbox::relocation

@@ -1,7 +1,8 @@
 // outbox._relocation_rows_statement(relocation, users_relocation, model, pk,
-// columns, parents, users, deferred, deferred_null, ordinals, joined): the
-// statement of rows_statement.hpp, for outbox._relocation_rows_sql, which
-// passes a plan entry's references as four arrays of one element each.
+// columns, parents, users, deferred, purpose): the statement of
+// rows_statement.hpp for purpose (insert, deferred or compare), for
+// outbox._relocation_rows_sql, which passes a plan entry's references as four
+// arrays of one element each.
 //
 // The arguments are read into the request before it is built, and the
 // text is copied out with an allocation that cannot raise an ERROR: no
@@ -20,9 +21,9 @@ using namespace pgoutbox::relocation;
 
 namespace {
 
-const char *const argument_names[] = {"relocation",    "users_relocation", "model", "pk",
-                                      "columns",       "parents",          "users", "deferred",
-                                      "deferred_null", "ordinals",         "joined"};
+const char *const argument_names[] = {"relocation", "users_relocation", "model",
+                                      "pk",         "columns",          "parents",
+                                      "users",      "deferred",         "purpose"};
 
 struct Elements {
     Datum *values;
@@ -52,12 +53,11 @@ struct Arguments {
     int references;
     const char **columns, **parents;
     Elements users, deferred;
-    bool deferred_null, joined;
-    const char *ordinals;
+    RowsPurpose purpose;
 };
 
 Arguments read_arguments(FunctionCallInfo fcinfo) {
-    for (int a = 0; a < 11; a++)
+    for (int a = 0; a < 9; a++)
         if (a != 1 && PG_ARGISNULL(a))
             ereport(ERROR, (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED),
                             errmsg("%s must not be NULL", argument_names[a])));
@@ -80,9 +80,11 @@ Arguments read_arguments(FunctionCallInfo fcinfo) {
         args.columns[i] = TextDatumGetCString(columns.values[i]);
         args.parents[i] = TextDatumGetCString(parents.values[i]);
     }
-    args.deferred_null = PG_GETARG_BOOL(8);
-    args.ordinals = text_to_cstring(PG_GETARG_TEXT_PP(9));
-    args.joined = PG_GETARG_BOOL(10);
+    const char *purpose = text_to_cstring(PG_GETARG_TEXT_PP(8));
+    if (!parse_rows_purpose(purpose, &args.purpose))
+        ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                        errmsg("purpose: no statement for %s (insert, deferred or compare)",
+                               quote_literal_cstr(purpose))));
     return args;
 }
 
@@ -101,10 +103,7 @@ text *statement_text(const Arguments &args) {
         ref.deferred = DatumGetBool(args.deferred.values[i]);
         request.references.push_back(ref);
     }
-    request.deferred_null = args.deferred_null;
-    request.ordinals = args.ordinals;
-    request.joined = args.joined;
-    return pg::text_of(rows_statement(request));
+    return pg::text_of(rows_purpose_statement(request, args.purpose));
 }
 
 } // namespace
