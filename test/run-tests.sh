@@ -123,11 +123,6 @@ for script in "$root"/test/integration/*.sh; do
         echo "== integration $name: skipped under the sanitizers"
         continue
     fi
-    # OUTBOX_SKIP: names of scripts not to run (.ci/run's PostgreSQL 17 step).
-    if [[ " ${OUTBOX_SKIP:-} " == *" $name "* ]]; then
-        echo "== integration $name: skipped (OUTBOX_SKIP)"
-        continue
-    fi
     if [[ $alone == *" $name "* ]]; then
         started=$SECONDS
         bash "$script" >"$regress_out/$name.log" 2>&1
