@@ -76,10 +76,11 @@ CREATE OR REPLACE FUNCTION outbox._relocation_call(server text, cell text, opera
 
 -- Every Organization-scoped table here, with its primary key and its
 -- references to other Organization-scoped tables (one-column foreign keys
--- to a primary key), as the fence and the change log need them.
+-- to a primary key), as the fence and the change log need them.  ROWS:
+-- see _partition_tree.
 CREATE OR REPLACE FUNCTION outbox._move_tables()
 RETURNS TABLE (relid regclass, model text, pk name, refs jsonb)
-LANGUAGE sql STABLE
+LANGUAGE sql STABLE ROWS 20
 SET search_path = pg_catalog, pg_temp
 AS $$
     WITH t AS (
