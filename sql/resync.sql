@@ -52,6 +52,16 @@ SELECT outbox.resync('org', '{4, 2, 3}') AS job \gset
 SELECT outbox.process_resync_batch(:job, 10) AS written;
 SELECT object FROM cell_rows;
 
+-- The largest batch_size takes what is left: ids with a gap (read by
+-- position) in a batch of 2147483647 (the fuzzer: its arrays' size
+-- overflowed, XX000 "invalid memory alloc request size").
+TRUNCATE outbox.cell_outbox;
+SELECT outbox.resync('org', '{5, 1}') AS job \gset
+SELECT outbox.process_resync_batch(:job, 2147483647) AS written;
+SELECT object FROM cell_rows;
+SELECT outbox.resync('org', 2, 3) AS job \gset
+SELECT outbox.process_resync_batch(:job, 2147483647) AS written;
+
 -- A range, in batches of 3, of a table sharded by organization_id.
 TRUNCATE outbox.cell_outbox;
 SELECT outbox.resync('member', 5, 11) AS job \gset

@@ -130,8 +130,11 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
     int64 end = Min(from + (int64)batch_size, job.rows_total);
     Oid types[3] = {INT8OID, INT8OID, INT8OID};
     Datum args[3] = {Int64GetDatum(job.id), Int64GetDatum(from - resync_chunk), Int64GetDatum(end)};
-    Oid *relids = (Oid *)palloc(sizeof(Oid) * (batch_size + 1));
-    int64 *ids = (int64 *)palloc(sizeof(int64) * (batch_size + 1));
+    // Sized by the positions left, not batch_size: batch_size + 1
+    // overflowed at 2147483647 (the fuzzer).
+    int64 positions = Max(end - from, 0) + 1;
+    auto *relids = (Oid *)palloc_extended(sizeof(Oid) * positions, MCXT_ALLOC_HUGE);
+    auto *ids = (int64 *)palloc_extended(sizeof(int64) * positions, MCXT_ALLOC_HUGE);
     int n = 0;
     pg::spi_run_as(
         pg::extension_owner_role, "reading the re-sync's rows",
