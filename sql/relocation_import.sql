@@ -353,6 +353,14 @@ SELECT relid, hook FROM outbox.relocation_collision_hooks;
 DROP TABLE organization CASCADE;
 SELECT count(*) AS hooks FROM outbox.relocation_collision_hooks;
 
+-- The compare of the users' relocation re-exports them with export_users:
+-- nothing found; then a changed email, found.
+\c ri_dst_control
+SELECT * FROM outbox.compare_relocation('bbbbbbbb-0000-0000-0000-000000000001');
+UPDATE users SET email = 'changed@example.com' WHERE email = 'user2@example.com';
+SELECT table_key, finding, column_name
+  FROM outbox.compare_relocation('bbbbbbbb-0000-0000-0000-000000000001');
+
 \c regression
 SET client_min_messages = warning;
 DROP DATABASE ri_src;

@@ -67,12 +67,16 @@ BEGIN
     IF st.keys = 'kept' THEN
         news := olds; -- a move: the cells keep their id ranges apart
     ELSE
-        -- One nextval per row as the table's owner, given out in ordinal order.
+        -- One nextval per row as the table's owner, given out in ordinal
+        -- order; the sequence's name is an argument of a fixed statement,
+        -- never part of its text.
         SELECT array_agg(k::text::bigint ORDER BY k::text::bigint) INTO news
           FROM unnest(outbox._run_as_table_owner(rel,
-                   format('SELECT pg_catalog.to_jsonb(pg_catalog.nextval(%L::pg_catalog.regclass))'
-                          ' FROM pg_catalog.unnest($1)', entry->>'sequence'),
-                   array_fill('null'::jsonb, ARRAY[cardinality(olds)]))) k;
+                   'SELECT pg_catalog.to_jsonb(pg_catalog.nextval('
+                   '(a OPERATOR(pg_catalog.->>) ''sequence'')::pg_catalog.regclass))'
+                   ' FROM pg_catalog.unnest($1) a',
+                   array_fill(jsonb_build_object('sequence', entry->>'sequence'),
+                              ARRAY[cardinality(olds)]))) k;
     END IF;
     INSERT INTO outbox.relocation_pk_map (relocation, table_key, old, new)
     SELECT st.relocation, entry->>'model', u.old, u.new FROM unnest(olds, news) u(old, new);

@@ -118,11 +118,15 @@ BEGIN
         DROP TABLE pg_temp.relocation_expected, pg_temp.relocation_actual;
     END IF;
     EXECUTE 'CREATE TEMP TABLE relocation_expected ON COMMIT DROP AS ' || expected_sql;
-    EXECUTE format('CREATE TEMP TABLE relocation_actual ON COMMIT DROP AS'
-                   ' SELECT a.model, a.pk, a.fields FROM outbox.%s($1) a'
-                   ' WHERE a.model <> ''pg_outbox.manifest''',
-                   CASE st.scope WHEN 'User' THEN 'export_users' ELSE 'export_organizations' END)
-        USING new_roots;
+    -- The export of the scope's roots: the branch of the other scope is
+    -- never run (its condition is a one-time filter).
+    CREATE TEMP TABLE relocation_actual (model text, pk bigint, fields jsonb) ON COMMIT DROP;
+    INSERT INTO pg_temp.relocation_actual
+    SELECT a.model, a.pk, a.fields FROM outbox.export_users(new_roots) a
+     WHERE st.scope = 'User' AND a.model <> 'pg_outbox.manifest'
+    UNION ALL
+    SELECT a.model, a.pk, a.fields FROM outbox.export_organizations(new_roots) a
+     WHERE st.scope IS DISTINCT FROM 'User' AND a.model <> 'pg_outbox.manifest';
     ANALYZE pg_temp.relocation_expected (model, pk), pg_temp.relocation_actual (model, pk);
     WITH rows AS (SELECT coalesce(e.model, a.model) AS model, coalesce(e.pk, a.pk) AS pk,
                          e.fields AS expected, a.fields AS actual
