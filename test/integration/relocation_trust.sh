@@ -203,7 +203,8 @@ check "  ... which is still organization 3's in eu" \
 # The row goes in the source: the move goes on.
 ON_USER=move_app on us -c "DELETE FROM member WHERE id = $eu_member" >/dev/null
 check "the move completes" \
-    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
+    wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete ||
+    on control -x -c "SELECT now(), * FROM outbox.organization_moves" >&2 # where it waits, for the next time
 check "the UPDATE made through the partition is in eu" \
     test "$(on eu -c "SELECT message FROM event WHERE id = 1")" = "through a partition"
 check "  ... and is in eu after the move" \
