@@ -2,6 +2,8 @@
 
 #include "pg/spi.hpp"
 
+#include <algorithm>
+
 namespace pgoutbox::pg {
 
 int64 random_token() {
@@ -15,6 +17,11 @@ int64 random_token() {
 int compare_int64(const void *a, const void *b) {
     int64 x = *(const int64 *)a, y = *(const int64 *)b;
     return (x > y) - (x < y);
+}
+
+void sort_ids(int64 *ids, long count) {
+    if (!std::is_sorted(ids, ids + count))
+        std::sort(ids, ids + count);
 }
 
 void ids_condition(const char *column, const int64 *ids, int n, IdsCondition *out) {

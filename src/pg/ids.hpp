@@ -14,6 +14,11 @@ int64 random_token();
 // qsort and bsearch order of int64 values.
 int compare_int64(const void *a, const void *b);
 
+// Sorts ids ascending.  std::sort compares inline: a third of qsort's time
+// on 100,000 ids (an organization's re-sync sorts every row it finds), and
+// ids read in index order, already sorted, cost one pass.
+void sort_ids(int64 *ids, long count);
+
 // The rows whose column (SQL: "t.id", "t.project_id") is one of ids[0..n)
 // (sorted, distinct, n > 0): a condition on $1 (int8[], the ids), $2 and $3
 // (the first and the last), and its arguments.  The first and last bound an

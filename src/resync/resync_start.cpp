@@ -69,25 +69,38 @@ void add_rows(int64 job, Oid relid, const int64 *ids, long count, int64 *positio
     *position += count;
 }
 
-// Adds the shards of rel's rows among ids (sorted) to totals, reading only
-// what the ids do not say: a table sharded by id has its ids as shards.
-void add_shards(Relation rel, const int64 *ids, long count, Totals *totals) {
+// Adds the shards of rel's rows (ids, or the walk's values of its shard
+// column) to totals: a table sharded by id has its ids as shards.
+void add_shards(Relation rel, const int64 *ids, long count, const Ids *found, Totals *totals) {
     const TableMeta *meta = table_meta_get(rel);
-    for (long at = 0; at < count; at += ids_per_read) {
-        int n = int(Min((long)ids_per_read, count - at));
-        if (meta->shard_attnum == InvalidAttrNumber) {
-            for (int i = 0; i < n; i++) {
-                ShardKey key = {ids[at + i], meta->scope};
-                (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
-            }
-            continue;
+    if (meta->shard_attnum == InvalidAttrNumber) {
+        for (long i = 0; i < count; i++) {
+            ShardKey key = {ids[i], meta->scope};
+            (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
         }
-        pg::IdsCondition read;
-        pg::ids_condition("t.id", ids + at, n, &read);
-        int64 rows = totals->rows;
-        count_rows(rel, read.sql, 3, read.types, read.args, totals);
-        totals->rows = rows; // the caller counts them
+        return;
     }
+    HASH_SEQ_STATUS scan;
+    hash_seq_init(&scan, found->also);
+    for (int64 *value; (value = (int64 *)hash_seq_search(&scan)) != nullptr;) {
+        ShardKey key = {*value, meta->scope};
+        (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
+    }
+}
+
+// The walk's also column (belonging.hpp): the shard column of a registered
+// table sharded by a column.
+const char *shard_column(void *registered, Relation rel) {
+    bool found;
+    Oid relid = RelationGetRelid(rel);
+    (void)hash_search((HTAB *)registered, &relid, HASH_FIND, &found);
+    if (!found)
+        return nullptr;
+    const TableMeta *meta = table_meta_get(rel);
+    if (meta->shard_attnum == InvalidAttrNumber)
+        return nullptr;
+    return quote_identifier(
+        NameStr(TupleDescAttr(RelationGetDescr(rel), meta->shard_attnum - 1)->attname));
 }
 
 // The registered tables, by OID.  As the extension's owner.
@@ -113,7 +126,8 @@ HTAB *registered_tables() {
 void resolve_organization(const ResyncJob &job, Totals *totals) {
     HTAB *registered = registered_tables();
     Belonging b;
-    find_belonging(Organization, "organization", &job.organization, 1, &b);
+    find_belonging(Organization, "organization", &job.organization, 1, &b, shard_column,
+                   registered);
     for (int i = 0; i < b.models->count; i++) {
         const Model *t = &b.models->tables[i];
         bool found;
@@ -152,13 +166,13 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
                                 by_id[n++] =
                                     int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
                         });
-            qsort(by_id, n, sizeof(int64), pg::compare_int64);
+            pg::sort_ids(by_id, n);
             ids = by_id;
             count = n;
         }
         add_rows(job.id, t->relid, ids, count, &position);
         totals->rows += count;
-        add_shards(rel, ids, count, totals);
+        add_shards(rel, ids, count, &b.ids[i], totals);
     }
     for (int i = 0; i < b.models->count; i++)
         if (b.member[i])

@@ -6,24 +6,62 @@
 
 #include "pg/hash.hpp"
 
+#include <algorithm>
+
 namespace pgoutbox::relocation {
 
 namespace {
 
-bool add_id(Ids *ids, int64 id, MemoryContext context) {
-    bool found;
-    (void)hash_search(ids->set, &id, HASH_ENTER, &found);
-    if (found)
-        return false;
+void add_id(Ids *ids, int64 id, MemoryContext context) {
     if (ids->pending_count == ids->pending_capacity) {
         ids->pending_capacity = Max(64, ids->pending_capacity * 2);
         ids->pending =
             ids->pending == nullptr
-                ? (int64 *)MemoryContextAlloc(context, sizeof(int64) * ids->pending_capacity)
-                : (int64 *)repalloc(ids->pending, sizeof(int64) * ids->pending_capacity);
+                ? (int64 *)MemoryContextAllocHuge(context, sizeof(int64) * ids->pending_capacity)
+                : (int64 *)repalloc_huge(ids->pending, sizeof(int64) * ids->pending_capacity);
     }
     ids->pending[ids->pending_count++] = id;
-    return true;
+}
+
+// Moves the pending ids not found before into found; they stay pending,
+// sorted and distinct, to be followed.
+void absorb(Ids *ids, MemoryContext context) {
+    int64 *pending = ids->pending;
+    pg::sort_ids(pending, ids->pending_count);
+    long fresh = 0;
+    const int64 *found = ids->found, *found_end = ids->found + ids->found_count;
+    for (long i = 0; i < ids->pending_count; i++) {
+        if (fresh > 0 && pending[fresh - 1] == pending[i])
+            continue;
+        found = std::lower_bound(found, found_end, pending[i]);
+        if (found == found_end || *found != pending[i])
+            pending[fresh++] = pending[i];
+    }
+    ids->pending_count = fresh;
+    if (fresh == 0)
+        return;
+    auto *merged =
+        (int64 *)MemoryContextAllocHuge(context, sizeof(int64) * (ids->found_count + fresh));
+    std::merge(ids->found, ids->found + ids->found_count, pending, pending + fresh, merged);
+    if (ids->found != nullptr)
+        pfree(ids->found);
+    ids->found = merged;
+    ids->found_count += fresh;
+}
+
+// Records a row read by the walk: its id (column 1) and, when the walk
+// reads one, the value of its also column (column 2).
+void add_row(Ids *ids, HeapTuple row, TupleDesc desc, MemoryContext context) {
+    add_id(ids, int8_column(row, desc, 1), context);
+    if (ids->also != nullptr) {
+        int64 value = int8_column(row, desc, 2);
+        (void)hash_search(ids->also, &value, HASH_ENTER, nullptr);
+    }
+}
+
+// ", t.column::bigint" for a table the walk reads a second column of.
+const char *also_select(const char *column) {
+    return column == nullptr ? "" : psprintf(", t.%s::bigint", column);
 }
 
 // " AND fn(t) = 'Scope'" for a table whose rows decide their scope.
@@ -42,21 +80,13 @@ void refuse(const Model *t, int scope, const char *problem, const char *hint) {
 
 } // namespace
 
-// The set's ids, sorted.
 int64 *sorted_ids(Ids *ids, long *count) {
-    *count = hash_get_num_entries(ids->set);
-    int64 *all = (int64 *)palloc(sizeof(int64) * (*count + 1));
-    HASH_SEQ_STATUS scan;
-    hash_seq_init(&scan, ids->set);
-    long n = 0;
-    for (int64 *id; (id = (int64 *)hash_seq_search(&scan)) != nullptr;)
-        all[n++] = *id;
-    qsort(all, n, sizeof(int64), pg::compare_int64);
-    return all;
+    *count = ids->found_count;
+    return ids->found;
 }
 
 void find_belonging(int scope, const char *argument, const int64 *roots, int root_count,
-                    Belonging *out) {
+                    Belonging *out, AlsoRead also, void *also_arg) {
     Models *models = load_models();
     int n = models->count;
     int root = root_of(models, scope);
@@ -96,6 +126,7 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
     MemoryContext context = CurrentMemoryContext;
     Relation *rels = (Relation *)palloc0(sizeof(Relation) * (n + 1));
     Ids *ids = (Ids *)palloc0(sizeof(Ids) * (n + 1));
+    const char **also_columns = (const char **)palloc0(sizeof(char *) * (n + 1));
     for (int i = 0; i < n; i++) {
         if (!member[i])
             continue;
@@ -104,32 +135,35 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
             ereport(ERROR,
                     (errcode(ERRCODE_UNDEFINED_TABLE),
                      errmsg("table %s was dropped during the export", models->tables[i].key)));
-        ids[i].set =
-            pg::blob_hash("pg_outbox export ids", 1024, sizeof(int64), sizeof(int64), context);
+        also_columns[i] = also == nullptr ? nullptr : also(also_arg, rels[i]);
+        if (also_columns[i] != nullptr)
+            ids[i].also =
+                pg::blob_hash("pg_outbox export also", 64, sizeof(int64), sizeof(int64), context);
     }
 
     // The roots, which must exist.
     const Model *root_table = &models->tables[root];
     read_chunks(rels[root], "reading the export's roots",
-                psprintf("SELECT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1)%s",
-                         quote_identifier(root_table->pk),
+                psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE t.%s = ANY ($1)%s",
+                         quote_identifier(root_table->pk), also_select(also_columns[root]),
                          root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified,
                          quote_identifier(root_table->pk), scope_filter(root_table, scope)),
                 roots, root_count, [&](uint64 rows) {
                     for (uint64 r = 0; r < rows; r++)
-                        add_id(&ids[root],
-                               int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
-                               context);
+                        add_row(&ids[root], SPI_tuptable->vals[r], SPI_tuptable->tupdesc, context);
                 });
-    if (hash_get_num_entries(ids[root].set) < root_count)
-        for (int i = 0; i < root_count; i++) {
-            bool found;
-            (void)hash_search(ids[root].set, &roots[i], HASH_FIND, &found);
-            if (!found)
+    // Read once each (distinct roots, by primary key); followed below.
+    long got = ids[root].pending_count;
+    int64 *existing = (int64 *)palloc(sizeof(int64) * (got + 1));
+    if (got > 0)
+        memcpy(existing, ids[root].pending, sizeof(int64) * got);
+    pg::sort_ids(existing, got);
+    if (got < root_count)
+        for (int i = 0; i < root_count; i++)
+            if (!std::binary_search(existing, existing + got, roots[i]))
                 ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
                                 errmsg("%s: " INT64_FORMAT " is not a row of %s", argument,
                                        roots[i], root_table->key)));
-        }
 
     // Breadth first from the roots, until no table has ids left to follow.
     for (bool more = true; more;) {
@@ -137,14 +171,16 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
         for (int p = 0; p < n; p++) {
             if (!member[p] || ids[p].pending_count == 0)
                 continue;
-            more = true;
+            absorb(&ids[p], context);
             long count = ids[p].pending_count;
+            if (count == 0)
+                continue;
+            more = true;
+            // Sorted and distinct: a chunk's first and last bound its read
+            // (pg::ids_condition).
             int64 *followed = (int64 *)palloc(sizeof(int64) * count);
             memcpy(followed, ids[p].pending, sizeof(int64) * count);
             ids[p].pending_count = 0;
-            // Sorted (and distinct, as pending ids are): a chunk's first and
-            // last bound its read (pg::ids_condition).
-            qsort(followed, count, sizeof(int64), pg::compare_int64);
             for (int e = 0; e < models->edge_count; e++) {
                 int c = models->edges[e].child;
                 if (models->edges[e].parent != p || !member[c])
@@ -156,19 +192,19 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
                     pg::IdsCondition read;
                     pg::ids_condition(column, followed + at,
                                       int(Min((long)ids_per_read, count - at)), &read);
-                    pg::spi_run_as(
-                        relocation_owner_role(rels[c]),
-                        "finding the rows that belong to the export",
-                        psprintf("SELECT t.%s::bigint FROM %s%s t WHERE %s%s",
-                                 quote_identifier(child->pk), child->relkind == 'r' ? "ONLY " : "",
-                                 child->qualified, read.sql, scope_filter(child, scope)),
-                        3, read.types, read.args, nullptr, true, 0, SPI_OK_SELECT,
-                        [&](uint64 rows) {
-                            for (uint64 r = 0; r < rows; r++)
-                                add_id(&ids[c],
-                                       int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1),
-                                       context);
-                        });
+                    pg::spi_run_as(relocation_owner_role(rels[c]),
+                                   "finding the rows that belong to the export",
+                                   psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE %s%s",
+                                            quote_identifier(child->pk),
+                                            also_select(also_columns[c]),
+                                            child->relkind == 'r' ? "ONLY " : "", child->qualified,
+                                            read.sql, scope_filter(child, scope)),
+                                   3, read.types, read.args, nullptr, true, 0, SPI_OK_SELECT,
+                                   [&](uint64 rows) {
+                                       for (uint64 r = 0; r < rows; r++)
+                                           add_row(&ids[c], SPI_tuptable->vals[r],
+                                                   SPI_tuptable->tupdesc, context);
+                                   });
                 }
             }
             pfree(followed);

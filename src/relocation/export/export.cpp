@@ -91,7 +91,7 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
                             errmsg("%s[%d] is NULL", argument, i + 1)));
         roots[i] = DatumGetInt64(elements[i]);
     }
-    qsort(roots, root_count, sizeof(int64), pg::compare_int64);
+    pg::sort_ids(roots, root_count);
     for (int i = 1; i < root_count; i++)
         if (roots[i] == roots[i - 1])
             ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
@@ -185,7 +185,6 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
                             }
                         });
         }
-        pfree(all);
     }
     uint8 digest[PG_SHA256_DIGEST_LENGTH];
     check_hash(pg_cryptohash_final(hash, digest, sizeof digest), hash);
@@ -273,10 +272,15 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
         appendStringInfoString(&m, first_key ? "" : ", ");
         escape_json(&m, models->references[r].parent_key);
         appendStringInfoString(&m, ": ");
-        Ids values = {cross_silo[r], nullptr, 0, 0};
-        long count;
-        int64 *all = sorted_ids(&values, &count);
-        append_ids(&m, all, count);
+        long count = hash_get_num_entries(cross_silo[r]);
+        int64 *all = (int64 *)palloc(sizeof(int64) * (count + 1));
+        HASH_SEQ_STATUS scan;
+        hash_seq_init(&scan, cross_silo[r]);
+        long got = 0;
+        for (int64 *value; (value = (int64 *)hash_seq_search(&scan)) != nullptr;)
+            all[got++] = *value;
+        pg::sort_ids(all, got);
+        append_ids(&m, all, got);
         first_key = false;
     }
     appendStringInfo(&m, "}, \"rows\": " INT64_FORMAT ", \"checksum\": \"", ordinal);
