@@ -47,12 +47,6 @@ BEGIN
 END
 $$;
 
--- The outbox of a silo, for format().
-CREATE OR REPLACE FUNCTION outbox._outbox_of(silo text) RETURNS text
-LANGUAGE sql IMMUTABLE
-SET search_path = pg_catalog, pg_temp
-AS $$ SELECT CASE silo WHEN 'cell' THEN 'outbox.cell_outbox' ELSE 'outbox.control_outbox' END $$;
-
 -- Makes a backed-off shard due now; returns the rows it made due.  Its
 -- failure count goes on (max_attempts counts it).
 CREATE OR REPLACE FUNCTION outbox.retry_shard(silo text, shard_scope int, shard_identifier bigint,
@@ -64,10 +58,19 @@ DECLARE
     n bigint;
 BEGIN
     PERFORM outbox._operated_shard(silo, shard_scope, shard_identifier, cell_name);
-    EXECUTE format('UPDATE %s o SET scheduled_from = now(), scheduled_for = now()'
-                   ' WHERE o.shard_scope = $1 AND o.shard_identifier = $2 AND o.scheduled_for > now()%s',
-                   outbox._outbox_of(silo), CASE WHEN silo = 'control' THEN ' AND o.cell_name = $3' END)
-        USING shard_scope, shard_identifier, cell_name;
+    -- Static statements, one per silo's outbox (issue 45: no statement
+    -- built in SQL).
+    IF silo = 'control' THEN
+        UPDATE outbox.control_outbox o SET scheduled_from = now(), scheduled_for = now()
+         WHERE (o.shard_scope, o.shard_identifier, o.cell_name)
+               = (retry_shard.shard_scope, retry_shard.shard_identifier, retry_shard.cell_name)
+           AND o.scheduled_for > now();
+    ELSE
+        UPDATE outbox.cell_outbox o SET scheduled_from = now(), scheduled_for = now()
+         WHERE (o.shard_scope, o.shard_identifier)
+               = (retry_shard.shard_scope, retry_shard.shard_identifier)
+           AND o.scheduled_for > now();
+    END IF;
     GET DIAGNOSTICS n = ROW_COUNT;
     RETURN n;
 END
@@ -135,19 +138,33 @@ BEGIN
        AND e.cell_name = coalesce(skip_message.cell_name, '')
        AND e.category = skip_message.category
        AND e.object_identifier = skip_message.object_identifier;
-    EXECUTE format(
-        'WITH moved AS (DELETE FROM %s o WHERE o.shard_scope = $1 AND o.shard_identifier = $2'
-        ' AND o.category = $3 AND o.object_identifier = $4%s RETURNING o.*)'
-        ' INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier, cell_name,'
-        ' category, object_identifier, payload, outbox_id, date_added, attempts, last_error)'
-        ' SELECT $6, m.shard_scope, m.shard_identifier, %s, m.category, m.object_identifier,'
-        ' m.payload, m.id, m.date_added, $7, $8 FROM moved m ORDER BY m.id',
-        outbox._outbox_of(silo),
-        CASE WHEN silo = 'control' THEN ' AND o.cell_name = $5' ELSE '' END,
-        CASE WHEN silo = 'control' THEN 'm.cell_name' ELSE 'NULL' END)
-        USING shard_scope, shard_identifier, category, object_identifier, cell_name, silo,
-              coalesce(failure.attempts, 0),
-              coalesce(failure.last_error, 'skipped by outbox.skip_message()');
+    -- One static statement over both silos' outboxes; the silo's own is
+    -- the one deleted from (a one-time filter each).
+    WITH moved AS (
+        DELETE FROM outbox.cell_outbox o
+         WHERE skip_message.silo = 'cell'
+           AND (o.shard_scope, o.shard_identifier, o.category, o.object_identifier)
+               = (skip_message.shard_scope, skip_message.shard_identifier, skip_message.category,
+                  skip_message.object_identifier)
+        RETURNING o.shard_scope, o.shard_identifier, NULL::text AS cell_name, o.category,
+                  o.object_identifier, o.payload, o.id, o.date_added
+    ), moved_control AS (
+        DELETE FROM outbox.control_outbox o
+         WHERE skip_message.silo = 'control' AND o.cell_name = skip_message.cell_name
+           AND (o.shard_scope, o.shard_identifier, o.category, o.object_identifier)
+               = (skip_message.shard_scope, skip_message.shard_identifier, skip_message.category,
+                  skip_message.object_identifier)
+        RETURNING o.shard_scope, o.shard_identifier, o.cell_name, o.category,
+                  o.object_identifier, o.payload, o.id, o.date_added
+    )
+    INSERT INTO outbox.dead_letters (silo, shard_scope, shard_identifier, cell_name, category,
+                                     object_identifier, payload, outbox_id, date_added, attempts,
+                                     last_error)
+    SELECT skip_message.silo, m.shard_scope, m.shard_identifier, m.cell_name, m.category,
+           m.object_identifier, m.payload, m.id, m.date_added, coalesce(failure.attempts, 0),
+           coalesce(failure.last_error, 'skipped by outbox.skip_message()')
+      FROM (SELECT * FROM moved UNION ALL SELECT * FROM moved_control) m
+     ORDER BY m.id;
     GET DIAGNOSTICS n = ROW_COUNT;
     IF failure.silo IS NOT NULL THEN
         DELETE FROM outbox.shard_errors e

@@ -223,19 +223,24 @@ LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp
 AS $$
 BEGIN
-    IF any_gone THEN
-        EXECUTE format('INSERT INTO outbox.%I (table_name, object_identifier)'
-                       ' SELECT t.name, t.object FROM unnest($1, $2) t(name, object)'
-                       ' WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING',
-                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-            USING tombstones, object_identifiers;
+    -- Static statements, one per tombstone table (issue 45: no
+    -- statement built in SQL).
+    IF any_gone AND silo = 'control' THEN
+        INSERT INTO outbox.cell_tombstone (table_name, object_identifier)
+        SELECT t.name, t.object FROM unnest(tombstones, object_identifiers) t(name, object)
+         WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING;
+    ELSIF any_gone THEN
+        INSERT INTO outbox.control_tombstone (table_name, object_identifier)
+        SELECT t.name, t.object FROM unnest(tombstones, object_identifiers) t(name, object)
+         WHERE t.name IS NOT NULL ON CONFLICT DO NOTHING;
     END IF;
-    IF any_there THEN
-        EXECUTE format('DELETE FROM outbox.%I t USING unnest($1, $2) p(name, object)'
-                       ' WHERE p.name IS NOT NULL AND t.table_name = p.name'
-                       ' AND t.object_identifier = p.object',
-                       CASE silo WHEN 'control' THEN 'cell_tombstone' ELSE 'control_tombstone' END)
-            USING present, object_identifiers;
+    IF any_there AND silo = 'control' THEN
+        DELETE FROM outbox.cell_tombstone t USING unnest(present, object_identifiers) p(name, object)
+         WHERE p.name IS NOT NULL AND t.table_name = p.name AND t.object_identifier = p.object;
+    ELSIF any_there THEN
+        DELETE FROM outbox.control_tombstone t
+         USING unnest(present, object_identifiers) p(name, object)
+         WHERE p.name IS NOT NULL AND t.table_name = p.name AND t.object_identifier = p.object;
     END IF;
 END
 $$;
