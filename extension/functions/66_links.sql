@@ -272,6 +272,11 @@ CREATE OR REPLACE FUNCTION outbox.receive(protocol int, session bigint, batch bi
     acknowledged bigint[] DEFAULT '{}', present text[] DEFAULT NULL) RETURNS int
 LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+-- Without JIT: planned over tables never analyzed (cell_objects, the
+-- scopes) and arrays of hundreds of messages, the check's statement cost
+-- past jit_above_cost, and each call compiled it for about 0.5 s: a core
+-- taken from every move and writer of the cells (bench/relocation/move.sh).
+SET jit = off
 AS $$
 #variable_conflict use_column
 DECLARE

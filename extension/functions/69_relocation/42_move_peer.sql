@@ -56,6 +56,7 @@ CREATE OR REPLACE FUNCTION outbox.relocation_peer(protocol int, operation text, 
 RETURNS jsonb
 LANGUAGE c SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
+SET jit = off -- as outbox.receive: a step's statements are short, compiling them is not
 AS 'MODULE_PATHNAME', 'outbox_relocation_peer';
 
 -- fence (source): the organization's writes here are refused from now on.
