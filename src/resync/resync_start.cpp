@@ -80,6 +80,9 @@ void add_shards(Relation rel, const int64 *ids, long count, const Ids *found, To
         }
         return;
     }
+    if (found->also == nullptr) // shard_column asked the walk for it
+        elog(ERROR, "pg_outbox: the re-sync's walk did not read the shard column of %s",
+             RelationGetRelationName(rel));
     HASH_SEQ_STATUS scan;
     hash_seq_init(&scan, found->also);
     for (int64 *value; (value = (int64 *)hash_seq_search(&scan)) != nullptr;) {
