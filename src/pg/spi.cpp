@@ -43,6 +43,58 @@ uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nar
     return SPI_processed;
 }
 
+namespace {
+
+// The DestReceiver of spi_each.
+struct EachReceiver {
+    DestReceiver receiver;
+    void (*row)(TupleTableSlot *slot, void *arg);
+    void *arg;
+    uint64 rows;
+};
+
+bool each_receive(TupleTableSlot *slot, DestReceiver *self) {
+    auto *each = reinterpret_cast<EachReceiver *>(self);
+    each->row(slot, each->arg);
+    each->rows++;
+    return true;
+}
+
+void each_startup(DestReceiver *, int, TupleDesc) {}
+
+void each_nothing(DestReceiver *) {}
+
+} // namespace
+
+uint64 spi_each(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+                void (*row)(TupleTableSlot *slot, void *arg), void *arg) {
+    // Prepared, then run once with its parameters: a custom plan for
+    // them, as SPI_execute_with_args makes.
+    SPIPlanPtr plan = SPI_prepare(sql, nargs, types);
+    if (plan == nullptr)
+        elog(ERROR, "pg_outbox: preparing %s failed: %s", what, SPI_result_code_string(SPI_result));
+    ParamListInfo params = makeParamList(nargs);
+    for (int i = 0; i < nargs; i++) {
+        params->params[i].value = values[i];
+        params->params[i].isnull = false;
+        params->params[i].pflags = PARAM_FLAG_CONST;
+        params->params[i].ptype = types[i];
+    }
+    EachReceiver each = {
+        {each_receive, each_startup, each_nothing, each_nothing, DestNone}, row, arg, 0};
+    SPIExecuteOptions options = {};
+    options.params = params;
+    options.read_only = true;
+    options.dest = &each.receiver;
+    // A SELECT whose rows went to a receiver of its own is SPI_OK_UTILITY
+    // (spi.c: _SPI_pquery).
+    int rc = SPI_execute_plan_extended(plan, &options);
+    if (rc != SPI_OK_UTILITY)
+        elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
+    SPI_freeplan(plan);
+    return each.rows;
+}
+
 Datum int4_array(const int32 *values, int n) {
     Datum *items = (Datum *)palloc(sizeof(Datum) * Max(n, 1));
     for (int i = 0; i < n; i++)

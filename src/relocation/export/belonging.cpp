@@ -50,11 +50,13 @@ void absorb(Ids *ids, MemoryContext context) {
 }
 
 // Records a row read by the walk: its id (column 1) and, when the walk
-// reads one, the value of its also column (column 2).
-void add_row(Ids *ids, HeapTuple row, TupleDesc desc, MemoryContext context) {
-    add_id(ids, int8_column(row, desc, 1), context);
+// reads one, the value of its also column (column 2; NULL counts as 0).
+void add_row(Ids *ids, TupleTableSlot *slot, MemoryContext context) {
+    bool isnull;
+    add_id(ids, DatumGetInt64(slot_getattr(slot, 1, &isnull)), context);
     if (ids->also != nullptr) {
-        int64 value = int8_column(row, desc, 2);
+        Datum datum = slot_getattr(slot, 2, &isnull);
+        int64 value = isnull ? 0 : DatumGetInt64(datum);
         (void)hash_search(ids->also, &value, HASH_ENTER, nullptr);
     }
 }
@@ -149,8 +151,13 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
                          root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified,
                          quote_identifier(root_table->pk), scope_filter(root_table, scope)),
                 roots, root_count, [&](uint64 rows) {
-                    for (uint64 r = 0; r < rows; r++)
-                        add_row(&ids[root], SPI_tuptable->vals[r], SPI_tuptable->tupdesc, context);
+                    TupleTableSlot *slot =
+                        MakeSingleTupleTableSlot(SPI_tuptable->tupdesc, &TTSOpsHeapTuple);
+                    for (uint64 r = 0; r < rows; r++) {
+                        ExecStoreHeapTuple(SPI_tuptable->vals[r], slot, false);
+                        add_row(&ids[root], slot, context);
+                    }
+                    ExecDropSingleTupleTableSlot(slot);
                 });
     // Read once each (distinct roots, by primary key); followed below.
     long got = ids[root].pending_count;
@@ -192,19 +199,15 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
                     pg::IdsCondition read;
                     pg::ids_condition(column, followed + at,
                                       int(Min((long)ids_per_read, count - at)), &read);
-                    pg::spi_run_as(relocation_owner_role(rels[c]),
-                                   "finding the rows that belong to the export",
-                                   psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE %s%s",
-                                            quote_identifier(child->pk),
-                                            also_select(also_columns[c]),
-                                            child->relkind == 'r' ? "ONLY " : "", child->qualified,
-                                            read.sql, scope_filter(child, scope)),
-                                   3, read.types, read.args, nullptr, true, 0, SPI_OK_SELECT,
-                                   [&](uint64 rows) {
-                                       for (uint64 r = 0; r < rows; r++)
-                                           add_row(&ids[c], SPI_tuptable->vals[r],
-                                                   SPI_tuptable->tupdesc, context);
-                                   });
+                    pg::spi_each_as(relocation_owner_role(rels[c]),
+                                    "finding the rows that belong to the export",
+                                    psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE %s%s",
+                                             quote_identifier(child->pk),
+                                             also_select(also_columns[c]),
+                                             child->relkind == 'r' ? "ONLY " : "", child->qualified,
+                                             read.sql, scope_filter(child, scope)),
+                                    3, read.types, read.args,
+                                    [&](TupleTableSlot *slot) { add_row(&ids[c], slot, context); });
                 }
             }
             pfree(followed);
