@@ -65,6 +65,16 @@ inline RunAsRole table_owner_role_for_caller(Relation rel) {
     return {rel, true};
 }
 
+// Becomes role until run_as_end(scope).
+inline void run_as_role(RunAs *scope, RunAsRole role) {
+    if (role.owner_of == nullptr)
+        run_as_extension_owner(scope);
+    else if (role.for_caller)
+        run_as_table_owner_for_caller(scope, role.owner_of);
+    else
+        run_as_table_owner(scope, role.owner_of);
+}
+
 // spi_run in an SPI connection of its own, as role; then read(rows) with the
 // result still in SPI_tuptable, back as the caller.  What read allocates in
 // CurrentMemoryContext is freed with the connection: copy what must live on
@@ -75,12 +85,7 @@ uint64 spi_run_as(RunAsRole role, const char *what, const char *sql, int nargs, 
                   Read &&read) {
     SPI_connect();
     RunAs scope;
-    if (role.owner_of == nullptr)
-        run_as_extension_owner(&scope);
-    else if (role.for_caller)
-        run_as_table_owner_for_caller(&scope, role.owner_of);
-    else
-        run_as_table_owner(&scope, role.owner_of);
+    run_as_role(&scope, role);
     uint64 rows = spi_run(what, sql, nargs, types, values, nulls, read_only, limit, expected);
     run_as_end(&scope);
     read(rows);
@@ -95,12 +100,7 @@ uint64 spi_each_as(RunAsRole role, const char *what, const char *sql, int nargs,
                    Datum *values, Row &&row) {
     SPI_connect();
     RunAs scope;
-    if (role.owner_of == nullptr)
-        run_as_extension_owner(&scope);
-    else if (role.for_caller)
-        run_as_table_owner_for_caller(&scope, role.owner_of);
-    else
-        run_as_table_owner(&scope, role.owner_of);
+    run_as_role(&scope, role);
     uint64 rows = spi_each(
         what, sql, nargs, types, values,
         [](TupleTableSlot *slot, void *arg) { (*static_cast<decltype(&row)>(arg))(slot); }, &row);
