@@ -260,10 +260,27 @@ check "  ... and it stays where it was" \
     test "$(on control -c "SELECT state || ' ' || rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")" = "paused $done_at_pause"
 check "resume_relocation of an import is refused (22023)" \
     test "$(state_of control "SELECT outbox.resume_relocation('00000000-0000-4000-8000-000000000000')")" = 22023
+# The move holds itself (paused) when it reaches the import, so that the
+# cancel below comes before its cutover however fast the steps go (a copy
+# step relays ten chunks, an import step takes chunks for half a second:
+# the move completed before the cancel once, in CI).
+on control >/dev/null <<'SQL'
+CREATE FUNCTION public.hold_at_import() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, public AS $$
+BEGIN
+    NEW.state := 'paused';
+    RETURN NEW;
+END $$;
+CREATE TRIGGER hold_at_import BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    WHEN (OLD.step <> NEW.step AND NEW.step = 'import') EXECUTE FUNCTION public.hold_at_import();
+SQL
 check "resume_relocation resumes it" \
     on control -c "SELECT outbox.resume_relocation('$relocation3')"
 check "  ... it copies on" \
     wait_on control 60 "SELECT rows_done > $done_at_pause FROM outbox.relocations WHERE relocation = '$relocation3'" t
+check "  ... up to the import, where it holds (the test's trigger)" \
+    wait_on control 60 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation3'" "paused import"
+on control -c "DROP TRIGGER hold_at_import ON outbox.organization_moves" >/dev/null
 # A writer that holds project in eu when the cancel comes, and writes a
 # row of the organization after it: the cancel takes no lock on the
 # tables (the move's triggers stay), so it neither waits for that writer
