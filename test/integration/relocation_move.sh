@@ -248,6 +248,23 @@ rm -f "$work/stop" "$work/writes"
 fingerprint_eu=$(on eu -c "$fingerprint_of_1")
 rows_eu=$(on eu -c "$rows_of_1")
 start_writer 1:1 20
+# The test's trigger holds the move at its copy: the step that would leave
+# the copy fails, and is tried again, until the pause below.  Then it
+# pauses the move as it leaves the copy, so that the cancel further down
+# comes before the cutover however fast the steps go (a copy step relays
+# ten chunks, an import step takes chunks for half a second).  Without
+# it, the pause once landed after the copy and the move completed before
+# the cancel (CI).
+on control >/dev/null <<'SQL'
+CREATE FUNCTION public.hold_after_copy() RETURNS trigger LANGUAGE plpgsql
+SET search_path = pg_catalog, public AS $$
+BEGIN
+    RAISE EXCEPTION 'the test holds the move at its copy';
+END $$;
+CREATE TRIGGER hold_after_copy BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
+    WHEN (OLD.step = 'copy' AND NEW.step NOT IN ('copy', 'cancelled'))
+    EXECUTE FUNCTION public.hold_after_copy();
+SQL
 relocation3=$(on control -c "SELECT outbox.relocate_organization(1, 'us')")
 check "a move back is under way, copying" \
     wait_on control 60 "SELECT step FROM outbox.relocations WHERE relocation = '$relocation3'" copy
@@ -257,22 +274,16 @@ sleep 1
 done_at_pause=$(on control -c "SELECT rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")
 sleep 2
 check "  ... and it stays where it was" \
-    test "$(on control -c "SELECT state || ' ' || rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")" = "paused $done_at_pause"
+    test "$(on control -c "SELECT state || ' ' || step || ' ' || rows_done FROM outbox.relocations WHERE relocation = '$relocation3'")" = "paused copy $done_at_pause"
 check "resume_relocation of an import is refused (22023)" \
     test "$(state_of control "SELECT outbox.resume_relocation('00000000-0000-4000-8000-000000000000')")" = 22023
-# The move holds itself (paused) when it reaches the import, so that the
-# cancel below comes before its cutover however fast the steps go (a copy
-# step relays ten chunks, an import step takes chunks for half a second:
-# the move completed before the cancel once, in CI).
 on control >/dev/null <<'SQL'
-CREATE FUNCTION public.hold_at_import() RETURNS trigger LANGUAGE plpgsql
+CREATE OR REPLACE FUNCTION public.hold_after_copy() RETURNS trigger LANGUAGE plpgsql
 SET search_path = pg_catalog, public AS $$
 BEGIN
     NEW.state := 'paused';
     RETURN NEW;
 END $$;
-CREATE TRIGGER hold_at_import BEFORE UPDATE ON outbox.organization_moves FOR EACH ROW
-    WHEN (OLD.step <> NEW.step AND NEW.step = 'import') EXECUTE FUNCTION public.hold_at_import();
 SQL
 check "resume_relocation resumes it" \
     on control -c "SELECT outbox.resume_relocation('$relocation3')"
@@ -280,7 +291,7 @@ check "  ... it copies on" \
     wait_on control 60 "SELECT rows_done > $done_at_pause FROM outbox.relocations WHERE relocation = '$relocation3'" t
 check "  ... up to the import, where it holds (the test's trigger)" \
     wait_on control 60 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation3'" "paused import"
-on control -c "DROP TRIGGER hold_at_import ON outbox.organization_moves" >/dev/null
+on control -c "DROP TRIGGER hold_after_copy ON outbox.organization_moves" >/dev/null
 # A writer that holds project in eu when the cancel comes, and writes a
 # row of the organization after it: the cancel takes no lock on the
 # tables (the move's triggers stay), so it neither waits for that writer
