@@ -67,18 +67,22 @@ left_empty() { # who
     left=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
     [[ $left == 0 ]] || bench_fail "the $1 left $left rows undelivered"
 }
-drain_worker() { # messages/s with the worker (one transaction per batch); fill's arguments
-    local ms
+per_message() { # messages ms cpu_ms: "messages/s CPU-ns/message"
+    echo "$(($1 * 1000 / $2)) $(($3 * 1000000 / $1))"
+}
+drain_worker() { # messages/s and CPU µs a message with the worker (one transaction per batch); fill's arguments
+    local ms cpu
     fill "$@"
-    ms=$(clock worker "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
+    read -r ms cpu < <(clock worker "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
         "ALTER SYSTEM SET outbox.naptime = 10" "SELECT pg_reload_conf()") || exit 1
+    [[ -n $cpu ]] || bench_fail "the worker's clock printed nothing"
     q -c "ALTER SYSTEM SET outbox.worker_enabled = off" -c "SELECT pg_reload_conf()" >/dev/null
     left_empty worker
     sleep 0.3
-    echo $(($2 * $4 * 1000 / ms))
+    per_message $(($2 * $4)) "$ms" "$cpu"
 }
-drain_consumer() { # messages/s with the Python consumer, from its wake-up; fill's arguments
-    local ms rows
+drain_consumer() { # messages/s and CPU µs a message with the Python consumer, from its wake-up; fill's arguments
+    local ms cpu rows
     # Started on the empty outbox: it claims at once when it starts, so one
     # started after the fill worked before the clock did (on a fast machine,
     # most of workload B: 2.6 million messages/s).
@@ -88,21 +92,30 @@ drain_consumer() { # messages/s with the Python consumer, from its wake-up; fill
     fill "$@"
     rows=$(q -c "SELECT count(*) FROM outbox.cell_outbox")
     [[ $rows == $(($2 * $3)) ]] || bench_fail "the consumer took $(($2 * $3 - rows)) rows before its wake-up"
-    ms=$(clock consumer "$1" "$rows" "$consumer" "NOTIFY pg_outbox") || exit 1
+    read -r ms cpu < <(clock consumer "$1" "$rows" "$consumer" "NOTIFY pg_outbox") || exit 1
+    [[ -n $cpu ]] || bench_fail "the consumer's clock printed nothing"
     left_empty consumer
     kill -TERM $consumer
     wait $consumer || bench_fail "the consumer failed (status $?)"
     consumer=
-    echo $(($2 * $4 * 1000 / ms))
+    per_message $(($2 * $4)) "$ms" "$cpu"
 }
 
-declare -A rate
+declare -A rate cpu
+measure() { # key drain fill's arguments: adds a run to rate[key] and cpu[key]
+    local key=$1 r c
+    shift
+    read -r r c < <("$@") || exit 1
+    [[ -n $c ]] || exit 1
+    rate[$key]+="$r "
+    cpu[$key]+="$c "
+}
 for run in $(seq "$RUNS"); do
-    rate[a_worker]+="$(drain_worker 1 $SHARDS 100 10) "
-    rate[a_consumer]+="$(drain_consumer 2 $SHARDS 100 10) "
-    rate[b_worker]+="$(drain_worker 1 $SHARDS 200 200) "
-    rate[b_consumer]+="$(drain_consumer 2 $SHARDS 200 200) "
-    echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}" >&2
+    measure a_worker drain_worker 1 $SHARDS 100 10
+    measure a_consumer drain_consumer 2 $SHARDS 100 10
+    measure b_worker drain_worker 1 $SHARDS 200 200
+    measure b_consumer drain_consumer 2 $SHARDS 200 200
+    echo "run $run: A ${rate[a_worker]}| ${rate[a_consumer]}| B ${rate[b_worker]}| ${rate[b_consumer]}; CPU ns a message: B ${cpu[b_worker]}| ${cpu[b_consumer]}" >&2
 done
 # Every outbox row handled once, by each: 100 + 200 rows a shard a run.
 for category in 1 2; do
@@ -150,6 +163,8 @@ done
 
 med() { echo ${rate[$1]} | tr ' ' '\n' | median; }
 ratio() { awk -v a="$(med "$1")" -v b="$(med "$2")" 'BEGIN{printf "%.2f", a/b}'; }
+cpu_med() { echo ${cpu[$1]} | tr ' ' '\n' | median | awk '{printf "%.1f", $1 / 1000}'; } # µs
+cpu_ratio() { awk -v a="$(cpu_med "$1")" -v b="$(cpu_med "$2")" 'BEGIN{printf "%.2f", a/b}'; }
 {
 echo "# pg_outbox consumer benchmark"
 echo
@@ -163,6 +178,10 @@ echo "| workload | worker, messages/s | Python consumer, messages/s | consumer /
 echo "|---|---:|---:|---:|"
 echo "| A: 1,000 shards x 100 rows, 10 objects each (10,000 messages) | $(med a_worker) | $(med a_consumer) | $(ratio a_consumer a_worker) |"
 echo "| B: 200,000 rows, distinct objects, 1,000 shards (200,000 messages) | $(med b_worker) | $(med b_consumer) | $(ratio b_consumer b_worker) |"
+echo
+echo "CPU a message, every process of the server and the consumer's (clock.py; the figure that moves least on a shared machine), medians in µs:"
+echo "A: worker $(cpu_med a_worker), consumer $(cpu_med a_consumer) (worker / consumer $(cpu_ratio a_worker a_consumer));"
+echo "B: worker $(cpu_med b_worker), consumer $(cpu_med b_consumer) (worker / consumer $(cpu_ratio b_worker b_consumer); runs in ns: worker ${cpu[b_worker]}, consumer ${cpu[b_consumer]})."
 echo
 echo "Capture with wake-ups: $(med capture_on) single-row insert transactions/s with \`outbox.notify_consumers = on\`, $(med capture_off) with off ($(ratio capture_on capture_off); 2 pgbench clients, ${CAPTURE_SECONDS} s each, runs: on ${rate[capture_on]}, off ${rate[capture_off]})."
 echo
