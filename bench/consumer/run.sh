@@ -70,7 +70,7 @@ left_empty() { # who
 per_message() { # messages ms cpu_ms: "messages/s CPU-ns/message"
     echo "$(($1 * 1000 / $2)) $(($3 * 1000000 / $1))"
 }
-drain_worker() { # messages/s and CPU µs a message with the worker (one transaction per batch); fill's arguments
+drain_worker() { # messages/s and CPU ns a message with the worker (one transaction per batch); fill's arguments
     local ms cpu
     fill "$@"
     read -r ms cpu < <(clock worker "$1" $(($2 * $3)) 0 "ALTER SYSTEM SET outbox.worker_enabled = on" \
@@ -81,7 +81,7 @@ drain_worker() { # messages/s and CPU µs a message with the worker (one transac
     sleep 0.3
     per_message $(($2 * $4)) "$ms" "$cpu"
 }
-drain_consumer() { # messages/s and CPU µs a message with the Python consumer, from its wake-up; fill's arguments
+drain_consumer() { # messages/s and CPU ns a message with the Python consumer, from its wake-up; fill's arguments
     local ms cpu rows
     # Started on the empty outbox: it claims at once when it starts, so one
     # started after the fill worked before the clock did (on a fast machine,
