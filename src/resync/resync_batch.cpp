@@ -122,7 +122,8 @@ const char *gone(Oid relid) {
 }
 
 // The next batch_size rows by position from `from`: runs of one table's
-// ids (pg::ids_condition).  *failure names a table that went.
+// ids (pg::ids_condition).  *failure names a table that went, or the
+// positions whose rows went.
 Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
                       ResyncBatch *batch, const char **failure) {
     // The chunks that hold positions [from, from + batch_size): a chunk
@@ -155,6 +156,8 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
                                            (long long)job.id, (long long)first)));
                 int count = ArrayGetNItems(ARR_NDIM(chunk), ARR_DIMS(chunk));
                 const int64 *values = (const int64 *)ARR_DATA_PTR(chunk);
+                if (first > from + n)
+                    break; // positions from + n on are missing
                 for (int64 p = Max(first, from); p < Min(first + count, end) && n < batch_size;
                      p++) {
                     relids[n] = relid;
@@ -162,6 +165,15 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
                 }
             }
         });
+    // Positions the job has but its rows do not (deleted by hand): the job
+    // fails naming them.  Sending what is left would skip rows, and a batch
+    // of none would leave the job running for ever, each batch moving by none.
+    if (from + n < end) {
+        *failure =
+            psprintf("the job's rows from position %lld on are missing from outbox.resync_rows",
+                     (long long)from + n);
+        return Cursor{from, cursor_begun};
+    }
     // Runs of one table, all opened and checked against the guard before
     // any is written: a batch is all or nothing.
     int nruns = 0;
@@ -263,8 +275,9 @@ bool resync_batch(int64 id, int32 batch_size, int32 max_shard_depth, ResyncBatch
                       : span_batch(job, begun ? cursor.lower_bound : PG_INT64_MIN, batch_size,
                                    max_shard_depth, batch, &failure);
     if (failure != nullptr) {
-        // Its table went: the job fails, saying so; resume_resync goes on
-        // from here once it is registered again.
+        // Its table or its rows went: the job fails, saying so;
+        // resume_resync goes on from here once the table is registered
+        // again (rows deleted by hand stay missing: cancel the job).
         record_batch(id, ResyncBatch{0, 0, false, false}, failure, false);
     } else if (batch->throttled) {
         record_throttled(id);
