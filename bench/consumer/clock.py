@@ -58,11 +58,8 @@ def cpu_ticks(roots):
 
 
 def exited():
-    try:
-        with open("/proc/%d/stat" % pid) as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except FileNotFoundError:
-        return True
+    fields = stat_fields(pid)
+    return fields is None or fields[0] == "Z"
 
 
 cur.execute("SELECT pg_backend_pid()")
