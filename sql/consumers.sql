@@ -347,22 +347,26 @@ DELETE FROM outbox.cell_outbox;
 DELETE FROM outbox.consumer_claims;
 DROP TABLE hot, hot_got;
 
--- A session's first claim sizes its first batch at one shard.  Guessed at
--- a message a shard, a claim of 10 read 10 shards of 20 messages, handed
--- out the first, and left the other nine for the next pass: a second
--- claim went on to the next partition while they waited.
+-- A claim's batch holds the shards of its messages and no more.  Sized by
+-- a guess (a message a shard at first, then the messages a shard of the
+-- last batch), a claim read shards past its messages for nothing and left
+-- them for the next pass: the next claim went on to the next partition
+-- while they waited.  Here the first 200 shards hold a message each, the
+-- next 200 twenty each.
 \c -
 INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
-SELECT 0, s, 1, s * 1000 + r, NULL FROM generate_series(1, 200) s, generate_series(1, 20) r;
+SELECT 0, s, 1, s * 1000 + r, NULL FROM generate_series(1, 400) s,
+       generate_series(1, CASE WHEN s <= 200 THEN 1 ELSE 20 END) r;
 CREATE TEMP TABLE partitions AS
 SELECT DISTINCT o.shard_identifier, o.tableoid AS partition FROM outbox.cell_outbox o;
-CREATE TEMP TABLE first AS SELECT * FROM outbox.claim(10, '1 minute', '{user_update}');
-CREATE TEMP TABLE second AS SELECT * FROM outbox.claim(100, '1 minute', '{user_update}');
-SELECT count(*) AS messages, count(DISTINCT shard_identifier) AS shards FROM first;
-SELECT count(*) AS messages, count(DISTINCT c.shard_identifier) AS shards,
-       count(DISTINCT p.partition) AS partitions,
-       bool_and(p.partition = (SELECT DISTINCT q.partition FROM first f
-                                 JOIN partitions q USING (shard_identifier))) AS the_first_ones
-  FROM second c JOIN partitions p USING (shard_identifier);
+CREATE TEMP TABLE claimed AS
+SELECT 1 AS call, * FROM outbox.claim(1, '1 minute', '{user_update}');
+INSERT INTO claimed SELECT 2, * FROM outbox.claim(30, '1 minute', '{user_update}');
+INSERT INTO claimed SELECT 3, * FROM outbox.claim(100, '1 minute', '{user_update}');
+SELECT c.call, count(*) AS messages, count(DISTINCT c.shard_identifier) AS shards,
+       bool_and(p.partition = (SELECT DISTINCT q.partition FROM claimed f
+                                 JOIN partitions q USING (shard_identifier)
+                                WHERE f.call = 1)) AS in_the_first_partition
+  FROM claimed c JOIN partitions p USING (shard_identifier) GROUP BY c.call ORDER BY c.call;
 DELETE FROM outbox.cell_outbox;
 DELETE FROM outbox.consumer_claims;

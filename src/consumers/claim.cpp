@@ -13,8 +13,6 @@
 // role holds CONSUME on the categories (outbox.grant_category): no code of
 // the caller's runs in between.  Plain C-style code: PostgreSQL errors
 // unwind through it.
-#include <cmath>
-
 #include "consumers/leases.hpp"
 #include "consumers/turns.hpp"
 #include "delivery/session_pass.hpp"
@@ -101,9 +99,6 @@ Categories consumable_categories(Oid role, ArrayType *names) {
 
 // The pass this session's claims walk.
 SessionPass claimed = {};
-// Messages a shard held in this session's last claimed batch; 0 before
-// the session's first.
-double messages_per_shard = 0;
 
 } // namespace
 
@@ -190,19 +185,11 @@ OUTBOX_FUNCTION(outbox_claim) {
             started = true;
         }
         int wanted = max_messages - messages;
-        // Shards for about the messages wanted, by the messages a shard
-        // held in this session's last batch: the shards of a batch past the
-        // messages wanted wait for the next pass, so that batches of
-        // drain_batch_size rows for claims of 1,000 one-row messages read
-        // and left 9,000 rows each, and the pass read its partitions ten
-        // times as often (bench/consumer, workload B).  The session's first
-        // batch takes one shard: guessed at a message a shard, it took 50
-        // shards of 200 messages for a claim of 1,000, and the 45 it left
-        // waited for the next pass while later partitions went first.
-        int most = messages_per_shard == 0 ? 1
-                                           : (int)Min((double)(drain_max_shards - shards),
-                                                      ceil((double)wanted / messages_per_shard));
-        DrainBatch *batch = drain_pass_next(pass, drain_batch_size, Max(most, 1));
+        // The shards of the messages wanted: those past them were read and
+        // coalesced for nothing, and waited for the next pass while later
+        // partitions went first.
+        DrainBatch *batch =
+            drain_pass_next(pass, drain_batch_size, drain_max_shards - shards, wanted);
         if (batch == nullptr) {
             session_pass_end(&claimed);
             pass = nullptr;
@@ -212,11 +199,9 @@ OUTBOX_FUNCTION(outbox_claim) {
         LeasedBatch leased;
         TimestampTz *turn_before = turns_leave(&turns, batch);
         lease_batch(batch, &leased);
-        if (batch->nsegments > 0)
-            messages_per_shard = Max(1.0, (double)leased.nmessages / batch->nsegments);
-        // Beyond the messages wanted: not handed out.  A shard cut there
-        // is claimed with its first messages; one past the cut waits for
-        // the next pass.
+        // Beyond the messages wanted: not handed out.  Only the batch's
+        // last shard can hold them (drain_pass_next's bound); it is claimed
+        // with its first messages.
         if (leased.nmessages > wanted)
             leased.nmessages = wanted;
         messages += record_leases(batch, &leased, &categories, role, claimed_at, lease_until,

@@ -251,11 +251,6 @@ void skip_stopped_shards(DrainBatch *batch) {
     }
 }
 
-struct MessageKey {
-    int64 object_identifier;
-    int64 segment_category; // 64 bits: no padding in the hashed key
-};
-
 struct MessageEntry {
     MessageKey key;
     int message;
@@ -275,8 +270,7 @@ int coalesce(const DrainBatch *batch, RowNow *now_rows, Message *messages) {
             if (!now_rows[i].present)
                 continue;
             const DrainRow *row = &batch->rows[i];
-            MessageKey key = {row->object_identifier,
-                              (int64)(((uint64)(uint32)s << 32) | (uint32)row->category)};
+            MessageKey key = message_key(s, row);
             bool found;
             auto *entry = (MessageEntry *)hash_search(index, &key, HASH_ENTER, &found);
             if (!found) {

@@ -145,6 +145,18 @@ struct RowNow {
     int message;          // -1: not part of a message
 };
 
+// What makes rows one message: their segment, category and
+// object_identifier (hashed as a blob: 64-bit fields, no padding).
+struct MessageKey {
+    int64 object_identifier;
+    int64 segment_category;
+};
+
+inline MessageKey message_key(int segment, const DrainRow *row) {
+    return MessageKey{row->object_identifier,
+                      (int64)(((uint64)(uint32)segment << 32) | (uint32)row->category)};
+}
+
 // A message: the rows of one (category, object_identifier) in a segment.
 struct Message {
     int segment;

@@ -2,6 +2,7 @@
 // unwind through it.
 #include "delivery/drain_pass.hpp"
 
+#include "pg/hash.hpp"
 #include "pg/run_as.hpp"
 #include "pg/spi.hpp"
 #include "worker_state/worker_state.hpp"
@@ -563,7 +564,7 @@ DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories, in
     return pass;
 }
 
-DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
+DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards, int max_messages) {
     settle_last_batch(pass);
     if (pass->silo >= 2)
         return nullptr;
@@ -582,6 +583,12 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
     batch->segments = (DrainSegment *)palloc(sizeof(DrainSegment) * Max(max_shards, 1));
     batch->read_snapshot = &pass->snapshot;
     Silo silo = pass->silo == 0 ? Silo::Cell : Silo::Control;
+    // The messages so far, when bounded: each new MessageKey is one.
+    HTAB *keys = max_messages == INT_MAX
+                     ? nullptr
+                     : pg::blob_hash("pg_outbox batch messages", Min(max_rows, 4096),
+                                     sizeof(MessageKey), sizeof(MessageKey), pass->batch_context);
+    int messages = 0;
 
     for (;;) {
         if (!pass->pending && (pass->store == nullptr || !next_row(pass))) {
@@ -611,7 +618,8 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
             batch->nsegments > 0 ? &batch->segments[batch->nsegments - 1] : nullptr;
         bool new_segment = segment == nullptr || segment->action != action ||
                            !same_shard(&segment->shard, silo, scope, identifier, cell);
-        if (batch->nrows >= max_rows || (new_segment && batch->nsegments >= max_shards)) {
+        if (batch->nrows >= max_rows ||
+            (new_segment && (batch->nsegments >= max_shards || messages >= max_messages))) {
             pass->pending = true;
             break;
         }
@@ -635,6 +643,12 @@ DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards) {
         row->object_identifier = DatumGetInt64(slot_getattr(slot, PC_OBJECT, &isnull));
         row->scheduled_for = DatumGetTimestampTz(slot_getattr(slot, PC_SCHEDULED_FOR, &isnull));
         row->date_added = DatumGetTimestampTz(slot_getattr(slot, PC_DATE_ADDED, &isnull));
+        if (keys != nullptr && action == SegmentAction::Deliver) {
+            MessageKey key = message_key(batch->nsegments - 1, row);
+            bool found;
+            (void)hash_search(keys, &key, HASH_ENTER, &found);
+            messages += found ? 0 : 1;
+        }
     }
     MemoryContextSwitchTo(old);
     pass->batch = batch;

@@ -41,8 +41,12 @@ DrainPass *drain_pass_begin(bool cell, bool control, const int32 *categories = n
 
 // The next batch, of at most max_rows rows of at most max_shards shards, or
 // NULL when the pass is over.  Inside SPI; reads the next partition when the
-// current one is used up.  The batch lives until the next call.
-DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards);
+// current one is used up.  The batch lives until the next call.  With
+// max_messages, no shard is added once the batch holds that many messages,
+// counted as coalescing makes them (MessageKey): a claim's shards past its
+// messages were read for nothing and waited for the next pass.
+DrainBatch *drain_pass_next(DrainPass *pass, int max_rows, int max_shards,
+                            int max_messages = INT_MAX);
 
 // Tells the pass that drain_batch() returned for the last batch: its
 // segments' outcomes hold, if the current transaction commits.
