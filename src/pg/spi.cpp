@@ -43,6 +43,18 @@ uint64 spi_run_kept(SPIPlanPtr *plan, const char *what, const char *sql, int nar
     return SPI_processed;
 }
 
+uint64 spi_run_generic(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
+                       int expected) {
+    SPIPlanPtr plan = SPI_prepare_cursor(sql, nargs, types, CURSOR_OPT_GENERIC_PLAN);
+    if (plan == nullptr)
+        elog(ERROR, "pg_outbox: preparing %s failed: %s", what, SPI_result_code_string(SPI_result));
+    int rc = SPI_execute_plan(plan, values, nullptr, true, 0);
+    if (rc != expected)
+        elog(ERROR, "pg_outbox: %s failed: %s", what, SPI_result_code_string(rc));
+    SPI_freeplan(plan);
+    return SPI_processed;
+}
+
 namespace {
 
 // The DestReceiver of spi_each.

@@ -170,14 +170,13 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
             // Found by primary key; sent by the id capture knows them by.
             long n = 0;
             int64 *by_id = (int64 *)palloc(sizeof(int64) * (count + 1));
-            read_chunks(rel, "reading the re-sync's ids",
-                        psprintf("SELECT t.id::pg_catalog.int8 FROM %s t WHERE t.%s = ANY ($1)",
-                                 t->qualified, quote_identifier(t->pk)),
-                        ids, count, [&](uint64 rows) {
-                            for (uint64 r = 0; r < rows && n < count; r++)
-                                by_id[n++] =
-                                    int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
-                        });
+            read_chunks(
+                rel, "reading the re-sync's ids",
+                psprintf("SELECT t.id::pg_catalog.int8 FROM %s t WHERE ", t->qualified),
+                psprintf("t.%s", quote_identifier(t->pk)), "", ids, count, [&](uint64 rows) {
+                    for (uint64 r = 0; r < rows && n < count; r++)
+                        by_id[n++] = int8_column(SPI_tuptable->vals[r], SPI_tuptable->tupdesc, 1);
+                });
             pg::sort_ids(by_id, n);
             ids = by_id;
             count = n;

@@ -146,10 +146,10 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
     // The roots, which must exist.
     const Model *root_table = &models->tables[root];
     read_chunks(rels[root], "reading the export's roots",
-                psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE t.%s = ANY ($1)%s",
+                psprintf("SELECT t.%s::bigint%s FROM %s%s t WHERE ",
                          quote_identifier(root_table->pk), also_select(also_columns[root]),
-                         root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified,
-                         quote_identifier(root_table->pk), scope_filter(root_table, scope)),
+                         root_table->relkind == 'r' ? "ONLY " : "", root_table->qualified),
+                psprintf("t.%s", quote_identifier(root_table->pk)), scope_filter(root_table, scope),
                 roots, root_count, [&](uint64 rows) {
                     TupleTableSlot *slot =
                         MakeSingleTupleTableSlot(SPI_tuptable->tupdesc, &TTSOpsHeapTuple);

@@ -34,17 +34,23 @@ struct Ids {
 // The ids found, sorted and distinct: the set's own array.
 int64 *sorted_ids(Ids *ids, long *count);
 
-// Runs sql ($1: bigint[]) as rel's owner once per chunk of ids; read(rows)
-// sees each chunk's result in SPI_tuptable.
+// Runs head, then a condition that column (SQL: "t.id") is one of ids
+// (sorted, distinct; pg::ids_condition), then tail, as rel's owner once per
+// chunk of ids, with a generic plan (pg::spi_run_generic); read(rows) sees
+// each chunk's result in SPI_tuptable.
 template <typename Read>
-void read_chunks(Relation rel, const char *what, const char *sql, const int64 *ids, long count,
-                 Read &&read) {
+void read_chunks(Relation rel, const char *what, const char *head, const char *column,
+                 const char *tail, const int64 *ids, long count, Read &&read) {
     for (long at = 0; at < count; at += ids_per_read) {
-        int n = int(Min((long)ids_per_read, count - at));
-        Oid types[1] = {INT8ARRAYOID};
-        Datum values[1] = {pg::int8_array(ids + at, n)};
-        pg::spi_run_as(relocation_owner_role(rel), what, sql, 1, types, values, nullptr, true, 0,
-                       SPI_OK_SELECT, read);
+        pg::IdsCondition chunk;
+        pg::ids_condition(column, ids + at, int(Min((long)ids_per_read, count - at)), &chunk);
+        const char *sql = psprintf("%s%s%s", head, chunk.sql, tail);
+        pg::spi_connected_as(
+            relocation_owner_role(rel),
+            [&] {
+                return pg::spi_run_generic(what, sql, 3, chunk.types, chunk.args, SPI_OK_SELECT);
+            },
+            read);
     }
 }
 

@@ -145,11 +145,9 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
         read_chunks(
             rels[i], "reading the rows of the export",
             psprintf("SELECT s.pk, s.fields, s.fields::text FROM (SELECT t.%s::bigint AS pk, "
-                     "to_jsonb(t) - %s AS fields FROM %s%s t WHERE t.%s = ANY ($1)) s "
-                     "ORDER BY s.pk",
-                     pk, quote_literal_cstr(t->pk), t->relkind == 'r' ? "ONLY " : "", t->qualified,
-                     pk),
-            all, count, [&](uint64 rows) {
+                     "to_jsonb(t) - %s AS fields FROM %s%s t WHERE ",
+                     pk, quote_literal_cstr(t->pk), t->relkind == 'r' ? "ONLY " : "", t->qualified),
+            psprintf("t.%s", pk), ") s ORDER BY s.pk", all, count, [&](uint64 rows) {
                 TupleDesc desc = SPI_tuptable->tupdesc;
                 for (uint64 r = 0; r < rows; r++) {
                     HeapTuple row = SPI_tuptable->vals[r];
@@ -173,11 +171,12 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
                 continue;
             HTAB *values = cross_silo[r];
             read_chunks(rels[i], "reading the export's cross-silo values",
-                        psprintf("SELECT DISTINCT t.%s::bigint FROM %s%s t WHERE t.%s = ANY ($1) "
-                                 "AND t.%s IS NOT NULL",
+                        psprintf("SELECT DISTINCT t.%s::bigint FROM %s%s t WHERE ",
                                  quote_identifier(ref->column), t->relkind == 'r' ? "ONLY " : "",
-                                 t->qualified, pk, quote_identifier(ref->column)),
-                        all, count, [&](uint64 rows) {
+                                 t->qualified),
+                        psprintf("t.%s", pk),
+                        psprintf(" AND t.%s IS NOT NULL", quote_identifier(ref->column)), all,
+                        count, [&](uint64 rows) {
                             for (uint64 v = 0; v < rows; v++) {
                                 int64 value =
                                     int8_column(SPI_tuptable->vals[v], SPI_tuptable->tupdesc, 1);
