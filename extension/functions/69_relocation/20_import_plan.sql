@@ -20,6 +20,11 @@ CREATE OR REPLACE FUNCTION outbox._relocation_table(model text) RETURNS regclass
     LANGUAGE c STABLE SET search_path = pg_catalog, pg_temp
     AS 'MODULE_PATHNAME', 'outbox__relocation_table';
 
+-- The SHA-256 of the staged export of relocation, as the export computes
+-- its manifest's (src/relocation/export/export.cpp).
+CREATE OR REPLACE FUNCTION outbox._relocation_checksum(relocation uuid) RETURNS text
+    LANGUAGE c STRICT AS 'MODULE_PATHNAME', 'outbox__relocation_checksum';
+
 -- Checks the staged export of p_relocation against its manifest (present,
 -- of this format and scope, every row there, nothing edited) and returns
 -- the manifest.
@@ -88,12 +93,7 @@ BEGIN
             p_relocation, wrong.staged, wrong.model, wrong.listed
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    SELECT encode(sha256(convert_to(string_agg(format(E'%s\t%s\t%s\t%s\n', s.ordinal, s.model,
-                                                      s.pk, s.fields), '' ORDER BY s.ordinal),
-                                    'UTF8')), 'hex')
-      INTO checksum
-      FROM outbox.relocation_rows s
-     WHERE s.relocation = p_relocation AND s.model <> 'pg_outbox.manifest';
+    checksum := outbox._relocation_checksum(p_relocation);
     IF checksum IS DISTINCT FROM manifest->>'checksum' THEN
         RAISE EXCEPTION 'relocation %: the staged export does not match its manifest''s checksum',
             p_relocation USING ERRCODE = 'invalid_parameter_value',

@@ -63,6 +63,27 @@ void check_hash(int result, pg_cryptohash_ctx *hash) {
                  errmsg("could not compute the export's checksum: %s", pg_cryptohash_error(hash))));
 }
 
+// One row's line of the checksum; pk nullptr for NULL (an empty field).
+void hash_line(pg_cryptohash_ctx *hash, StringInfo line, int64 ordinal, const char *model,
+               const int64 *pk, const char *fields, int fields_length) {
+    resetStringInfo(line);
+    appendStringInfo(line, INT64_FORMAT "\t%s\t", ordinal, model);
+    if (pk != nullptr)
+        appendStringInfo(line, INT64_FORMAT, *pk);
+    appendStringInfoChar(line, '\t');
+    appendBinaryStringInfo(line, fields, fields_length);
+    appendStringInfoChar(line, '\n');
+    check_hash(pg_cryptohash_update(hash, (const uint8 *)line->data, line->len), hash);
+}
+
+void append_digest(StringInfo out, pg_cryptohash_ctx *hash) {
+    uint8 digest[PG_SHA256_DIGEST_LENGTH];
+    check_hash(pg_cryptohash_final(hash, digest, sizeof digest), hash);
+    pg_cryptohash_free(hash);
+    for (uint8 byte : digest)
+        appendStringInfo(out, "%02x", byte);
+}
+
 Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
     if (PG_ARGISNULL(0))
         ereport(ERROR,
@@ -158,11 +179,8 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
                                        Int64GetDatum(id), SPI_getbinval(row, desc, 2, &isnull)};
                     bool nulls[4] = {false, false, false, false};
                     tuplestore_putvalues(rsinfo->setResult, rsinfo->setDesc, values, nulls);
-                    resetStringInfo(&line);
-                    appendStringInfo(&line, INT64_FORMAT "\t%s\t" INT64_FORMAT "\t%s\n", ordinal,
-                                     t->key, id, SPI_getvalue(row, desc, 3));
-                    check_hash(pg_cryptohash_update(hash, (const uint8 *)line.data, line.len),
-                               hash);
+                    const char *fields = SPI_getvalue(row, desc, 3);
+                    hash_line(hash, &line, ordinal, t->key, &id, fields, (int)strlen(fields));
                 }
             });
         for (int r = 0; r < models->reference_count; r++) {
@@ -185,10 +203,6 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
                         });
         }
     }
-    uint8 digest[PG_SHA256_DIGEST_LENGTH];
-    check_hash(pg_cryptohash_final(hash, digest, sizeof digest), hash);
-    pg_cryptohash_free(hash);
-
     StringInfoData m;
     initStringInfo(&m);
     appendStringInfoString(&m, "{\"format\": \"pg_outbox export 1\", \"scope\": ");
@@ -283,8 +297,7 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
         first_key = false;
     }
     appendStringInfo(&m, "}, \"rows\": " INT64_FORMAT ", \"checksum\": \"", ordinal);
-    for (uint8 byte : digest)
-        appendStringInfo(&m, "%02x", byte);
+    append_digest(&m, hash);
     appendStringInfoString(&m, "\"}");
 
     Datum values[4] = {Int64GetDatum(ordinal + 1), CStringGetTextDatum(manifest_model), (Datum)0,
@@ -298,6 +311,45 @@ Datum export_scope(FunctionCallInfo fcinfo, int scope, const char *argument) {
 }
 
 } // namespace
+
+// outbox._relocation_checksum(relocation): the checksum of the export staged
+// in outbox.relocation_rows, as its manifest's was computed, for the
+// import's check.  Streamed: SQL's string_agg of the lines took 176 ms of an
+// import of 98,101 rows and cannot hold an export of more than 1 GB.
+OUTBOX_FUNCTION(outbox__relocation_checksum) {
+    Oid types[1] = {UUIDOID};
+    Datum args[1] = {PG_GETARG_DATUM(0)};
+    pg_cryptohash_ctx *hash = pg_cryptohash_create(PG_SHA256);
+    check_hash(pg_cryptohash_init(hash), hash);
+    StringInfoData line;
+    initStringInfo(&line);
+    struct Hashing {
+        pg_cryptohash_ctx *hash;
+        StringInfo line;
+    } hashing = {hash, &line};
+    SPI_connect();
+    pg::spi_each(
+        "computing the staged export's checksum",
+        "SELECT s.ordinal, s.model, s.pk, s.fields::pg_catalog.text FROM outbox.relocation_rows s"
+        " WHERE s.relocation OPERATOR(pg_catalog.=) $1"
+        " AND s.model OPERATOR(pg_catalog.<>) 'pg_outbox.manifest' ORDER BY s.ordinal",
+        1, types, args,
+        [](TupleTableSlot *slot, void *arg) {
+            auto *h = static_cast<Hashing *>(arg);
+            slot_getallattrs(slot);
+            text *fields = DatumGetTextPP(slot->tts_values[3]);
+            int64 pk = DatumGetInt64(slot->tts_values[2]);
+            hash_line(h->hash, h->line, DatumGetInt64(slot->tts_values[0]),
+                      TextDatumGetCString(slot->tts_values[1]), slot->tts_isnull[2] ? nullptr : &pk,
+                      VARDATA_ANY(fields), (int)VARSIZE_ANY_EXHDR(fields));
+        },
+        &hashing);
+    SPI_finish();
+    StringInfoData hex;
+    initStringInfo(&hex);
+    append_digest(&hex, hash);
+    PG_RETURN_TEXT_P(cstring_to_text(hex.data));
+}
 
 OUTBOX_FUNCTION(outbox_export_organizations) {
     return export_scope(fcinfo, Organization, "root_ids");
