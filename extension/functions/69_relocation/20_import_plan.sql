@@ -60,7 +60,7 @@ BEGIN
             DETAIL = 'An export ends with one row of model pg_outbox.manifest.';
     END IF;
     SELECT s.fields INTO manifest FROM outbox.relocation_rows s
-     WHERE s.relocation = p_relocation AND s.model = 'pg_outbox.manifest';
+     WHERE s.relocation = p_relocation AND s.ordinal = manifest_ordinal;
     IF manifest->>'format' IS DISTINCT FROM 'pg_outbox export 1'
        OR jsonb_typeof(manifest->'columns') IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'relocation %: the manifest is not of format "pg_outbox export 1"',
@@ -240,9 +240,17 @@ DECLARE
     seq text;
     cols text[];
     refs jsonb;
-    span record;
+    spans jsonb;
+    span jsonb;
+    staged_rows bigint;
     hook_oid oid;
 BEGIN
+    -- Every table's ordinals, in one read of the staged rows.
+    SELECT jsonb_object_agg(g.model, jsonb_build_object('first', g.first, 'last', g.last, 'n', g.n))
+      INTO spans
+      FROM (SELECT s.model, min(s.ordinal) AS first, max(s.ordinal) AS last, count(*) AS n
+              FROM outbox.relocation_rows s WHERE s.relocation = p_relocation
+             GROUP BY s.model) g;
     FOR v_model IN SELECT o.value FROM jsonb_array_elements_text(manifest->'order')
                                     WITH ORDINALITY o(value, n) ORDER BY o.n LOOP
         pos := pos + 1;
@@ -269,9 +277,10 @@ BEGIN
         cols := outbox._relocation_plan_columns(v_model, rel, pk, manifest);
         refs := outbox._relocation_plan_refs(v_model, rel, pos, manifest);
 
-        SELECT min(s.ordinal) AS first, max(s.ordinal) AS last, count(*) AS n INTO span
-          FROM outbox.relocation_rows s WHERE s.relocation = p_relocation AND s.model = v_model;
-        IF span.n > 0 AND span.last - span.first + 1 <> span.n THEN
+        span := coalesce(spans->v_model, '{}');
+        staged_rows := coalesce((span->>'n')::bigint, 0);
+        IF staged_rows > 0
+           AND (span->>'last')::bigint - (span->>'first')::bigint + 1 <> staged_rows THEN
             RAISE EXCEPTION 'relocation %: the rows of % are not one range of ordinals',
                 p_relocation, v_model USING ERRCODE = 'invalid_parameter_value';
         END IF;
@@ -283,7 +292,7 @@ BEGIN
         plan := plan || jsonb_build_array(jsonb_build_object(
             'model', v_model, 'relid', rel::oid, 'table', rel::text,
             'pk', pk, 'sequence', seq, 'columns', to_jsonb(cols), 'refs', refs,
-            'first', span.first, 'last', span.last, 'count', span.n, 'hook_oid', hook_oid,
+            'first', span->'first', 'last', span->'last', 'count', staged_rows, 'hook_oid', hook_oid,
             'hook', hook_oid::regproc::text));
     END LOOP;
     RETURN plan;

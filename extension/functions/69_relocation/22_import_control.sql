@@ -101,8 +101,10 @@ BEGIN
         RAISE EXCEPTION 'relocation % is %, not imported', p_relocation, st.state
             USING ERRCODE = 'object_not_in_prerequisite_state';
     END IF;
+    -- The manifest is the last row (_relocation_manifest checked it).
     root_model := (SELECT s.fields->>'root' FROM outbox.relocation_rows s
-                    WHERE s.relocation = p_relocation AND s.model = 'pg_outbox.manifest');
+                    WHERE s.relocation = p_relocation AND s.model = 'pg_outbox.manifest'
+                    ORDER BY s.ordinal DESC LIMIT 1);
     new_roots := ARRAY(SELECT m.new FROM outbox.relocation_pk_map m
                         WHERE m.relocation = p_relocation AND m.table_key = root_model
                           AND m.old = ANY (st.roots) ORDER BY m.new);
