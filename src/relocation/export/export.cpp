@@ -323,10 +323,15 @@ OUTBOX_FUNCTION(outbox__relocation_checksum) {
     check_hash(pg_cryptohash_init(hash), hash);
     StringInfoData line;
     initStringInfo(&line);
+    // What a row allocates (its model as a C string) is freed with it: an
+    // export may hold millions of rows.
     struct Hashing {
         pg_cryptohash_ctx *hash;
         StringInfo line;
-    } hashing = {hash, &line};
+        MemoryContext row;
+    } hashing = {hash, &line,
+                 AllocSetContextCreate(CurrentMemoryContext, "pg_outbox checksum row",
+                                       ALLOCSET_SMALL_SIZES)};
     SPI_connect();
     pg::spi_each(
         "computing the staged export's checksum",
@@ -336,12 +341,15 @@ OUTBOX_FUNCTION(outbox__relocation_checksum) {
         1, types, args,
         [](TupleTableSlot *slot, void *arg) {
             auto *h = static_cast<Hashing *>(arg);
+            MemoryContext executor = MemoryContextSwitchTo(h->row);
             slot_getallattrs(slot);
             text *fields = DatumGetTextPP(slot->tts_values[3]);
             int64 pk = DatumGetInt64(slot->tts_values[2]);
             hash_line(h->hash, h->line, DatumGetInt64(slot->tts_values[0]),
                       TextDatumGetCString(slot->tts_values[1]), slot->tts_isnull[2] ? nullptr : &pk,
                       VARDATA_ANY(fields), (int)VARSIZE_ANY_EXHDR(fields));
+            MemoryContextSwitchTo(executor);
+            MemoryContextReset(h->row);
         },
         &hashing);
     SPI_finish();
