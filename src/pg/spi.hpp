@@ -43,7 +43,7 @@ SPIPlanPtr spi_prepare_kept(SPIPlanPtr *plan, const char *what, const char *sql,
 // cost the planner more than the plan saves.  A custom plan of
 // "t.id = ANY ($1)" on a partitioned table prunes partitions for each of
 // the array's elements and estimates each: 80 ms of 117 for 10,000 ids of
-// test/harness's events, three quarters of an export's time.
+// test/harness's events, half of an export's time.
 uint64 spi_run_generic(const char *what, const char *sql, int nargs, Oid *types, Datum *values,
                        int expected);
 
