@@ -332,6 +332,24 @@ SELECT state, findings FROM outbox.relocations;
 SELECT line FROM regexp_split_to_table(outbox.metrics(), E'\n') AS line
  WHERE line LIKE 'pg_outbox_relocation%' ORDER BY 1;
 DELETE FROM team WHERE name = 'added';
+-- The same counts and the same values, on other keys or other rows: a
+-- member's key moved (missing and extra), two members' users swapped (a
+-- field each).  The compare's sums bind each row's values to its key.
+UPDATE project SET slug = 'p2' WHERE slug = 'changed';
+SELECT max(id) AS moved FROM member WHERE organization_id = :org \gset
+UPDATE member SET id = id + 1000 WHERE id = :moved;
+CREATE TEMP TABLE swapped AS
+SELECT id, user_id FROM member WHERE organization_id = :org AND id <> :moved + 1000 ORDER BY id LIMIT 2;
+UPDATE member m SET user_id = (SELECT s.user_id FROM swapped s WHERE s.id <> m.id)
+ WHERE m.id IN (SELECT id FROM swapped);
+SELECT (SELECT count(DISTINCT user_id) FROM swapped) AS users_swapped;
+SELECT table_key, pk - :moved AS pk_from_moved, finding, column_name
+  FROM outbox.compare_relocation('aaaaaaaa-0000-0000-0000-000000000001');
+-- All put back: nothing found.
+UPDATE member m SET user_id = s.user_id FROM swapped s WHERE s.id = m.id;
+UPDATE member SET id = :moved WHERE id = :moved + 1000;
+SELECT * FROM outbox.compare_relocation('aaaaaaaa-0000-0000-0000-000000000001');
+SELECT state, findings FROM outbox.relocations;
 
 -- Cancel: what the import wrote goes, as the owner, in reverse order;
 -- what was here before stays.
