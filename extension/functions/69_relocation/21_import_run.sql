@@ -69,14 +69,16 @@ BEGIN
     ELSE
         -- One nextval per row as the table's owner, given out in ordinal
         -- order; the sequence's name is an argument of a fixed statement,
-        -- never part of its text.
-        SELECT array_agg(k::text::bigint ORDER BY k::text::bigint) INTO news
+        -- never part of its text, looked up once a chunk (OFFSET 0: not
+        -- once a row, a third of the statement's time).
+        SELECT array_agg(k::bigint ORDER BY k::bigint) INTO news
           FROM unnest(outbox._run_as_table_owner(rel,
-                   'SELECT pg_catalog.to_jsonb(pg_catalog.nextval('
-                   '(a OPERATOR(pg_catalog.->>) ''sequence'')::pg_catalog.regclass))'
-                   ' FROM pg_catalog.unnest($1) a',
-                   array_fill(jsonb_build_object('sequence', entry->>'sequence'),
-                              ARRAY[cardinality(olds)]))) k;
+                   'SELECT pg_catalog.to_jsonb(pg_catalog.nextval(s.seq))'
+                   ' FROM (SELECT (a OPERATOR(pg_catalog.->>) ''sequence'')::pg_catalog.regclass'
+                   ' AS seq, (a OPERATOR(pg_catalog.->>) ''count'')::pg_catalog.int4 AS n'
+                   ' FROM pg_catalog.unnest($1) a OFFSET 0) s, pg_catalog.generate_series(1, s.n)',
+                   ARRAY[jsonb_build_object('sequence', entry->>'sequence',
+                                            'count', cardinality(olds))])) k;
     END IF;
     INSERT INTO outbox.relocation_pk_map (relocation, table_key, old, new)
     SELECT st.relocation, entry->>'model', u.old, u.new FROM unnest(olds, news) u(old, new);
