@@ -78,9 +78,10 @@ $$;
 -- Both sides are streamed into the sums, where the join writes both to
 -- temporary tables, analyzes them and joins: a compare that finds
 -- nothing, the usual one, no longer pays for that (98,101 rows: 958 ms
--- against 1,927, docs/relocation.md).  The sums are no checksum against a forger
--- (the import checked the export's): they catch what an application
--- trigger or a wrong reference changed, which the join then names.
+-- against 1,927, docs/relocation.md).  The sums are no checksum against
+-- a forger (the import checked the export's): they catch what an
+-- application trigger or a wrong reference changed, which the join then
+-- names.
 CREATE OR REPLACE FUNCTION outbox._relocation_digests_match(expected_sql text, roots bigint[],
     scope text) RETURNS boolean
 LANGUAGE plpgsql
