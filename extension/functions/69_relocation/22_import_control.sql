@@ -71,6 +71,23 @@ BEGIN
 END
 $$;
 
+-- The compare's re-export ($1: the roots' keys here, $2: the scope), rows of
+-- model, pk, fields without the manifest: the branch of the other scope is
+-- never run (its condition is a one-time filter).  One text for the sums
+-- and for the row by row join.
+CREATE OR REPLACE FUNCTION outbox._relocation_reexport_sql() RETURNS text
+LANGUAGE sql IMMUTABLE
+SET search_path = pg_catalog, pg_temp
+AS $$
+    SELECT 'SELECT a.model, a.pk, a.fields FROM outbox.export_users($1) a'
+           ' WHERE $2 OPERATOR(pg_catalog.=) ''User'''
+           ' AND a.model OPERATOR(pg_catalog.<>) ''pg_outbox.manifest'''
+           ' UNION ALL'
+           ' SELECT a.model, a.pk, a.fields FROM outbox.export_organizations($1) a'
+           ' WHERE $2 IS DISTINCT FROM ''User'''
+           ' AND a.model OPERATOR(pg_catalog.<>) ''pg_outbox.manifest'''
+$$;
+
 -- Whether the staged export modulo the map (expected_sql, rows of model,
 -- pk, fields) and the export of roots here hold the same rows: per table,
 -- the count and two sums of a 64-bit hash of each row's key and fields.
@@ -95,21 +112,12 @@ DECLARE
         ' OPERATOR(pg_catalog.#) pg_catalog.hashint8extended(x.pk, 1)) AS h2';
     matched boolean;
 BEGIN
-    -- The export of the scope's roots: the branch of the other scope is
-    -- never run (its condition is a one-time filter).
     EXECUTE format($sql$
         WITH expected AS (SELECT x.model, %1$s FROM (%2$s) x GROUP BY x.model),
-             actual AS (SELECT x.model, %1$s
-                          FROM (SELECT a.model, a.pk, a.fields FROM outbox.export_users($1) a
-                                 WHERE $2 = 'User'
-                                UNION ALL
-                                SELECT a.model, a.pk, a.fields
-                                  FROM outbox.export_organizations($1) a
-                                 WHERE $2 IS DISTINCT FROM 'User') x
-                         WHERE x.model <> 'pg_outbox.manifest' GROUP BY x.model)
+             actual AS (SELECT x.model, %1$s FROM (%3$s) x GROUP BY x.model)
         SELECT NOT EXISTS (SELECT FROM expected e FULL JOIN actual a ON a.model = e.model
                             WHERE (e.n, e.f, e.h1, e.h2) IS DISTINCT FROM (a.n, a.f, a.h1, a.h2))
-    $sql$, sums, expected_sql) INTO matched USING roots, scope;
+    $sql$, sums, expected_sql, outbox._relocation_reexport_sql()) INTO matched USING roots, scope;
     RETURN matched;
 END
 $$;
@@ -130,12 +138,8 @@ BEGIN
     END IF;
     EXECUTE 'CREATE TEMP TABLE relocation_expected ON COMMIT DROP AS ' || expected_sql;
     CREATE TEMP TABLE relocation_actual (model text, pk bigint, fields jsonb) ON COMMIT DROP;
-    INSERT INTO pg_temp.relocation_actual
-    SELECT a.model, a.pk, a.fields FROM outbox.export_users(roots) a
-     WHERE scope = 'User' AND a.model <> 'pg_outbox.manifest'
-    UNION ALL
-    SELECT a.model, a.pk, a.fields FROM outbox.export_organizations(roots) a
-     WHERE scope IS DISTINCT FROM 'User' AND a.model <> 'pg_outbox.manifest';
+    EXECUTE 'INSERT INTO pg_temp.relocation_actual ' || outbox._relocation_reexport_sql()
+      USING roots, scope;
     ANALYZE pg_temp.relocation_expected (model, pk), pg_temp.relocation_actual (model, pk);
     WITH rows AS (SELECT coalesce(e.model, a.model) AS model, coalesce(e.pk, a.pk) AS pk,
                          e.fields AS expected, a.fields AS actual
