@@ -32,7 +32,9 @@ writers=
 # the trap (set -e) before it stops the clusters.
 trap 'kill $writers 2>/dev/null || true; writer=; move_cells_stop' EXIT
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+# Whole milliseconds: the table sums them in shell arithmetic (an even RUNS gave
+# a half, which it refused).
+median() { sort -n | awk '{a[NR]=$1} END {printf "%d\n", (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 
 install_extension "$root"
 

@@ -145,7 +145,11 @@ $$;
 
 -- stage (target): a chunk of the source's export into relocation_rows; a
 -- chunk sent again adds nothing.  Says which ordinals the chunk held
--- (first_row, row_count): control's copy step goes on from them.
+-- (first_row, row_count): control's copy step goes on from them.  A chunk
+-- is written as new; only when one of its rows is there already (a step
+-- tried again after its answer was lost) is it written again without
+-- those.  Not ON CONFLICT DO NOTHING each time: that cost a fifth of the
+-- writes (bench/relocation/move.sh).
 CREATE OR REPLACE FUNCTION outbox._move_stage(mv outbox.organization_moves, chunk jsonb)
 RETURNS jsonb
 LANGUAGE plpgsql
@@ -153,33 +157,75 @@ SET search_path = pg_catalog, pg_temp
 AS $$
 DECLARE
     staged bigint;
+    again boolean;
+    detail text;
 BEGIN
     IF jsonb_typeof(chunk) IS DISTINCT FROM 'array' THEN
         RAISE EXCEPTION 'relocation %: a chunk is an array of rows', mv.relocation
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    WITH c AS (
-        SELECT (e->>0)::bigint AS ordinal, e->>1 AS model, (e->>2)::bigint AS pk, e->3 AS fields
-          FROM jsonb_array_elements(chunk) e
-    ), members AS (
-        INSERT INTO outbox.move_members (relocation, model, pk, present)
-        SELECT mv.relocation, c.model, c.pk, true FROM c
-         WHERE c.pk IS NOT NULL AND mv.mode = 'move'
-        ON CONFLICT DO NOTHING
-    ), rows_staged AS (
-        INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
-        SELECT mv.relocation, c.ordinal, c.model, c.pk, c.fields FROM c
-        ON CONFLICT DO NOTHING RETURNING 1
-    )
-    SELECT count(*) INTO staged FROM rows_staged;
+    FOREACH again IN ARRAY '{false,true}'::boolean[] LOOP
+        BEGIN
+            WITH c AS (
+                SELECT (e->>0)::bigint AS ordinal, e->>1 AS model, (e->>2)::bigint AS pk,
+                       e->3 AS fields
+                  FROM jsonb_array_elements(chunk) e
+            ), members AS (
+                INSERT INTO outbox.move_members (relocation, model, pk, present)
+                SELECT mv.relocation, c.model, c.pk, true FROM c
+                 WHERE c.pk IS NOT NULL AND mv.mode = 'move'
+                   AND (NOT again OR NOT EXISTS (SELECT FROM outbox.move_members m
+                         WHERE m.relocation = mv.relocation AND m.model = c.model
+                           AND m.pk = c.pk))
+            ), rows_staged AS (
+                INSERT INTO outbox.relocation_rows (relocation, ordinal, model, pk, fields)
+                SELECT mv.relocation, c.ordinal, c.model, c.pk, c.fields FROM c
+                 WHERE NOT again OR NOT EXISTS (SELECT FROM outbox.relocation_rows r
+                        WHERE r.relocation = mv.relocation AND r.ordinal = c.ordinal)
+                RETURNING 1
+            )
+            SELECT count(*) INTO staged FROM rows_staged;
+            EXIT;
+        EXCEPTION WHEN unique_violation THEN
+            IF again THEN -- not a row staged before: one the chunk holds twice
+                GET STACKED DIAGNOSTICS detail = PG_EXCEPTION_DETAIL;
+                RAISE EXCEPTION 'relocation %: the chunk holds a row twice', mv.relocation
+                    USING ERRCODE = 'invalid_parameter_value', DETAIL = detail;
+            END IF;
+        END;
+    END LOOP;
     RETURN jsonb_build_object('staged', staged, 'first_row', chunk->0->0,
                               'row_count', jsonb_array_length(chunk));
 END
 $$;
 
+-- How many of keys (primary keys of the table model names) are taken
+-- here, and the first of them.  Read as the table's owner (its policies
+-- and code run as that role).
+CREATE OR REPLACE FUNCTION outbox._move_taken_keys(model text, keys jsonb[], OUT taken bigint,
+                                                   OUT first_taken bigint)
+LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    t record;
+    answer jsonb[];
+BEGIN
+    SELECT * INTO t FROM outbox._move_tables() m WHERE m.model = _move_taken_keys.model;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'table key % is no Organization-scoped table here', quote_literal(model)
+            USING ERRCODE = 'undefined_table',
+                  HINT = 'A move needs the same relocation scopes in both cells (outbox.check_models()).';
+    END IF;
+    answer := outbox._run_as_table_owner(t.relid,
+        outbox._relocation_statement('count_keys', t.relid, t.pk), keys);
+    taken := (answer[1]->>0)::bigint;
+    first_taken := (answer[1]->>1)::bigint;
+END
+$$;
+
 -- Which of by_model's keys ({model: [primary key, ...]}, a move's) are taken here,
 -- model by model: what a move keeping primary keys would collide with.
--- Read as each table's owner (its policies and code run as that role).
 CREATE OR REPLACE FUNCTION outbox._move_taken(by_model jsonb)
 RETURNS TABLE (model text, "rows" bigint, taken bigint, first_taken bigint)
 LANGUAGE plpgsql
@@ -188,30 +234,20 @@ AS $$
 #variable_conflict use_column
 DECLARE
     k record;
-    t record;
-    answer jsonb[];
 BEGIN
     IF jsonb_typeof(by_model) IS DISTINCT FROM 'object' THEN
         RAISE EXCEPTION 'argument.keys must be a JSON object of arrays of keys by table key'
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
     FOR k IN SELECT e.key, e.value FROM jsonb_each(by_model) e ORDER BY e.key LOOP
-        SELECT * INTO t FROM outbox._move_tables() m WHERE m.model = k.key;
-        IF NOT FOUND THEN
-            RAISE EXCEPTION 'table key % is no Organization-scoped table here', quote_literal(k.key)
-                USING ERRCODE = 'undefined_table',
-                      HINT = 'A move needs the same relocation scopes in both cells (outbox.check_models()).';
-        ELSIF jsonb_typeof(k.value) IS DISTINCT FROM 'array' THEN
+        IF jsonb_typeof(k.value) IS DISTINCT FROM 'array' THEN
             RAISE EXCEPTION 'argument.keys.% must be an array of keys', k.key
                 USING ERRCODE = 'invalid_parameter_value';
         END IF;
-        answer := outbox._run_as_table_owner(t.relid,
-            outbox._relocation_statement('count_keys', t.relid, t.pk),
-            ARRAY(SELECT e FROM jsonb_array_elements(k.value) e));
         model := k.key;
         "rows" := jsonb_array_length(k.value);
-        taken := (answer[1]->>0)::bigint;
-        first_taken := (answer[1]->>1)::bigint;
+        SELECT * INTO taken, first_taken
+          FROM outbox._move_taken_keys(k.key, ARRAY(SELECT e FROM jsonb_array_elements(k.value) e));
         RETURN NEXT;
     END LOOP;
 END
@@ -327,11 +363,13 @@ BEGIN
         PERFORM outbox._move_export_is_organizations(mv, st.plan);
         -- Checked before the copy (step check); again here, for rows the
         -- target wrote since.
-        SELECT * INTO found_taken FROM outbox._move_taken(coalesce((
-            SELECT jsonb_object_agg(g.model, g.pks) FROM (
-                SELECT s.model, jsonb_agg(s.pk) AS pks FROM outbox.relocation_rows s
-                 WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL GROUP BY s.model) g), '{}')) k
-         WHERE k.taken > 0 ORDER BY k.model LIMIT 1;
+        -- The keys as an array a table, not one jsonb object: building and
+        -- taking apart that object was most of this check's time.
+        SELECT g.model, k.taken, k.first_taken INTO found_taken
+          FROM (SELECT s.model, array_agg(to_jsonb(s.pk)) AS keys FROM outbox.relocation_rows s
+                 WHERE s.relocation = mv.relocation AND s.pk IS NOT NULL GROUP BY s.model) g,
+               outbox._move_taken_keys(g.model, g.keys) k
+         WHERE k.taken > 0 ORDER BY g.model LIMIT 1;
         IF FOUND THEN
             RAISE EXCEPTION '%', outbox._move_taken_message(mv, found_taken.model, found_taken.taken,
                                                            found_taken.first_taken)

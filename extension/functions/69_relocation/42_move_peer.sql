@@ -51,9 +51,11 @@ $$;
 -- a prepare is of a move control recorded (asked of control,
 -- _move_recorded_by_control).  On control, the one operation is record,
 -- for a cell's link role: control's record of a move that cell takes part
--- in (_move_record).
+-- in (_move_record).  The answer is json, text that the caller parses:
+-- a copy step's chunk goes out as it was built, where jsonb parsed it
+-- first (half the source's time in the step, bench/relocation/move.sh).
 CREATE OR REPLACE FUNCTION outbox.relocation_peer(protocol int, operation text, argument jsonb)
-RETURNS jsonb
+RETURNS json
 LANGUAGE c SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp
 SET jit = off -- as outbox.receive: a step's statements are short, compiling them is not

@@ -51,6 +51,17 @@ Datum run_answer(const char *what, const char *sql, PeerCall *call, bool *isnull
     return *isnull ? (Datum)0 : SPI_datumTransfer(value, column->attbyval, column->attlen);
 }
 
+// The statement that answers an operation, as json (relocation_peer's
+// type; an answer built as jsonb is written out as text once): of the
+// move's row on side, or of none (side NULL).
+char *answer_sql(const char *answer, const char *side) {
+    if (side == nullptr)
+        return psprintf("SELECT (%s)::pg_catalog.json", answer);
+    return psprintf("SELECT (%s)::pg_catalog.json FROM outbox.organization_moves o"
+                    " WHERE o.relocation = $1 AND o.side = '%s'",
+                    answer, side);
+}
+
 [[noreturn]] void not_control_link() {
     ereport(ERROR, (errcode(ERRCODE_INSUFFICIENT_PRIVILEGE),
                     errmsg("role %s is not the link role of this cell's control",
@@ -96,7 +107,7 @@ Datum cell_answer(const char *operation, Datum argument, bool argument_null, boo
                        " FROM outbox.control_link l WHERE NOT EXISTS"
                        " (SELECT FROM outbox.organization_moves o WHERE o.relocation = $1)",
                        &call, &null);
-        return run_answer("answering a move's peer", psprintf("SELECT %s", found->answer), &call,
+        return run_answer("answering a move's peer", answer_sql(found->answer, nullptr), &call,
                           isnull);
     }
     // FOR NO KEY UPDATE: writers' change log entries refer to this row
@@ -117,11 +128,7 @@ Datum cell_answer(const char *operation, Datum argument, bool argument_null, boo
     if (strcmp(TextDatumGetCString(state), "cancelled") == 0)
         ereport(ERROR, (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                         errmsg("relocation %s was cancelled", relocation)));
-    return run_answer("answering a move's peer",
-                      psprintf("SELECT %s FROM outbox.organization_moves o"
-                               " WHERE o.relocation = $1 AND o.side = '%s'",
-                               found->answer, side),
-                      &call, isnull);
+    return run_answer("answering a move's peer", answer_sql(found->answer, side), &call, isnull);
 }
 
 // Control's answer to a cell: its record of a move; inside SPI.
@@ -129,7 +136,8 @@ Datum control_answer(const char *operation, Datum argument, bool argument_null, 
     PeerCall call = {{(Datum)0, argument, operation ? CStringGetTextDatum(operation) : (Datum)0},
                      {'n', argument_null ? 'n' : ' ', operation ? ' ' : 'n', '\0'}};
     return run_answer("answering a cell",
-                      "SELECT outbox._move_record(outbox._link_peer(1), $3, $2)", &call, isnull);
+                      "SELECT outbox._move_record(outbox._link_peer(1), $3, $2)::pg_catalog.json",
+                      &call, isnull);
 }
 
 } // namespace
