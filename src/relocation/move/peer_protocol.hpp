@@ -19,7 +19,7 @@ enum class PeerSide {
 struct PeerOperation {
     const char *name;
     PeerSide side;
-    // The answer, a jsonb expression over $1 (the relocation, uuid), $2
+    // The answer, a json or jsonb expression over $1 (the relocation, uuid), $2
     // (the argument, jsonb), $3 (this cell's name, text) and, for a side's
     // operation, o (the move's row of outbox.organization_moves on that
     // side).
