@@ -96,8 +96,11 @@ check "plan_relocation finds no key taken once eu's row is gone" \
     test "$(on control -c "SELECT count(*) FROM outbox.plan_relocation(1, 'eu') WHERE taken > 0")" = 0
 
 echo "A move under 100 writes a second"
-# Chunks of 250 rows: the copy takes long enough to see the target's fence.
+# Chunks of 250 rows; the move held at its copy while the target's fence
+# is tried (a copy fast enough ended the move before the last try, whose
+# DROP TRIGGER then passed: CI, 2026-12-06).
 on control -c "ALTER SYSTEM SET outbox.relocation_chunk_rows = 250" -c "SELECT pg_reload_conf()" >/dev/null
+hold_moves_at copy
 # Organization 1 writes to its project 1, organization 2 to project 721.
 start_writer 1:1,2:721 100
 sleep 2
@@ -116,6 +119,10 @@ check "  ... its triggers cannot be disabled while it moves (55006)" \
     test "$(state_of eu "ALTER TABLE organization DISABLE TRIGGER pg_outbox_move_insert")" = 55006
 check "  ... nor dropped (55006)" \
     test "$(state_of eu "DROP TRIGGER pg_outbox_move_delete ON team")" = 55006
+check "  ... (the move held at its copy meanwhile)" \
+    wait_on control 60 "SELECT state || ' ' || step FROM outbox.relocations WHERE relocation = '$relocation'" "paused copy"
+on control -c "DROP TRIGGER hold_at_copy ON outbox.organization_moves" \
+    -c "SELECT outbox.resume_relocation('$relocation')" >/dev/null
 check "the move completes" \
     wait_on control 120 "SELECT state FROM outbox.relocations WHERE relocation = '$relocation'" complete
 sleep 2
@@ -189,6 +196,12 @@ check "writes to organization 1 in eu work after the cutover" \
     on eu -c "INSERT INTO team (organization_id, name) VALUES (1, 'after')"
 check "TRUNCATE of an Organization-scoped table works again once the move is over" \
     on eu -c "TRUNCATE alert_rule"
+# Between moves a move's trigger may go (no move runs to need it): the
+# next prepare makes it again.  It recorded its move first and then met
+# the guard that keeps a running move's triggers, and failed at every
+# retry (CI, 2026-12-06, after this script dropped one by accident).
+check "a move's trigger can be dropped in eu between moves" \
+    on eu -c "DROP TRIGGER pg_outbox_move_delete ON team"
 echo "A move waits for the source's last messages: organization 2, its shard paused in us"
 # us holds organization 2's messages (pause_shard holds its link too).
 # Were the target to write outbox rows for what it imports and catches up,
@@ -207,6 +220,8 @@ sleep 1
 relocation2=$(on control -c "SELECT outbox.relocate_organization(2, 'eu')")
 check "the move waits at drain while us holds organization 2's messages" \
     wait_on control 60 "SELECT step FROM outbox.relocations WHERE relocation = '$relocation2'" drain
+check "  ... its prepare made eu's dropped trigger again" \
+    test "$(on eu -c "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'team'::regclass AND tgname LIKE 'pg_outbox_move%'")" = 5
 sleep 2
 check "  ... after its cutover: eu takes organization 2's writes, and holds their messages" \
     test "$(on control -c "SELECT step || ' ' || outbox.organization_cell(2) FROM outbox.relocations WHERE relocation = '$relocation2'"):$(on eu -c "SELECT count(*) > 0 FROM outbox.paused_shards WHERE shard_identifier = 2"):$(on eu -c "SELECT count(*) > 0 FROM outbox.cell_outbox WHERE shard_identifier = 2")" = "drain eu:t:t"

@@ -317,6 +317,7 @@ DECLARE
     root text := outbox._move_root();
     taken jsonb[];
     equip regclass[];
+    installed int;
 BEGIN
     IF p_mode NOT IN ('move', 'fork') THEN
         RAISE EXCEPTION 'relocation %: mode % is not one of relocation protocol 1', p_relocation,
@@ -364,6 +365,19 @@ BEGIN
         UPDATE outbox.organization_moves o SET fenced = false, updated_at = clock_timestamp()
          WHERE o.organization = p_organization AND o.side = 'source' AND o.state = 'complete';
     END IF;
+    -- The triggers are in place ahead of the move (_move_equip_cell); a
+    -- table's that are not (dropped or disabled between moves, a
+    -- partition older than them, a reference added since) are made again
+    -- here.  Their DDL's lock waits behind the writers' transactions and
+    -- every later writer waits behind it: at most 50 ms at a time, never
+    -- a deadlock with a writer (40P01 went to an application once).
+    -- Before this move is recorded: the guard keeps a running move's
+    -- triggers, and took this one for running (every retry failed).
+    equip := ARRAY(SELECT e.relid FROM outbox._move_tables_to_equip(false) e);
+    IF cardinality(equip) > 0 THEN
+        PERFORM outbox._move_lock_tables(equip, 'ACCESS EXCLUSIVE');
+    END IF;
+    installed := outbox._move_install_triggers();
     INSERT INTO outbox.organization_moves (relocation, organization, side, from_cell, to_cell, step,
                                            fenced, plan)
     VALUES (p_relocation, p_organization, p_side, argument->>'from', argument->>'to', 'prepared',
@@ -372,17 +386,7 @@ BEGIN
         INSERT INTO outbox.move_members (relocation, model, pk, present)
         VALUES (p_relocation, root, p_organization, true);
     END IF;
-    -- The triggers are in place ahead of the move (_move_equip_cell); a
-    -- table's that are not (dropped or disabled between moves, a
-    -- partition older than them, a reference added since) are made again
-    -- here.  Their DDL's lock waits behind the writers' transactions and
-    -- every later writer waits behind it: at most 50 ms at a time, never
-    -- a deadlock with a writer (40P01 went to an application once).
-    equip := ARRAY(SELECT e.relid FROM outbox._move_tables_to_equip(false) e);
-    IF cardinality(equip) > 0 THEN
-        PERFORM outbox._move_lock_tables(equip, 'ACCESS EXCLUSIVE');
-    END IF;
-    RETURN jsonb_build_object('prepared', true, 'triggers', outbox._move_install_triggers());
+    RETURN jsonb_build_object('prepared', true, 'triggers', installed);
 END
 $$;
 
