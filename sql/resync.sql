@@ -64,13 +64,32 @@ SELECT outbox.process_resync_batch(:job, 2147483647) AS written;
 
 -- A job whose rows went (deleted by hand) fails naming the first position
 -- missing, rather than send what is left or stay running for ever, each
--- batch writing none and moving by none: 300 ids with gaps, in chunks at
--- positions 0 and 240, the first chunk deleted after a batch of 100.
+-- batch writing none and moving by none: 300 ids with gaps, a byte each
+-- in one chunk (src/resync/id_chunks.hpp), deleted after a batch of 100.
 SELECT outbox.resync('org', ARRAY(SELECT generate_series(1, 600, 2)::bigint)) AS job \gset
+SELECT count(*) AS chunks FROM outbox.resync_rows WHERE job = :job;
 SELECT outbox.process_resync_batch(:job, 100) AS written;
 DELETE FROM outbox.resync_rows WHERE job = :job AND first = 0;
 SELECT outbox.process_resync_batch(:job, 100) AS written;
 SELECT state, rows_done, last_error FROM outbox.resyncs WHERE job = :job;
+SELECT outbox.cancel_resync(:job);
+
+-- Ids far apart take more bytes each, so more chunks (2^40 apart: six
+-- bytes, 316 ids a chunk), and batches read across them: of 1,003 ids, the
+-- rows 2 and 4 are written, by the second batch (positions 400 to 799).
+TRUNCATE outbox.cell_outbox;
+SELECT outbox.resync('org', ARRAY(SELECT g * 1099511627776 FROM generate_series(-500, 500) g)
+                            || '{2, 4}'::bigint[]) AS job \gset
+SELECT count(*) AS chunks, max(length(ids)) AS most_bytes
+  FROM outbox.resync_rows WHERE job = :job;
+SELECT outbox.process_resync_batch(:job, 400) AS written FROM generate_series(1, 3);
+SELECT object FROM cell_rows;
+SELECT state, rows_done, rows_total FROM outbox.resyncs WHERE job = :job;
+
+-- A chunk that is not varints (written by hand) fails the batch, naming it.
+SELECT outbox.resync('org', '{1, 2, 3}') AS job \gset
+UPDATE outbox.resync_rows SET ids = '\x80' WHERE job = :job;
+SELECT outbox.process_resync_batch(:job, 100) AS written;
 SELECT outbox.cancel_resync(:job);
 
 -- A range, in batches of 3, of a table sharded by organization_id.

@@ -12,8 +12,10 @@
 -- resync(tbl, integer, bigint) would take resync('t', 1, 100), meant as a
 -- range, for a shard.
 
--- Fills in the job's rows_total (and an organization job's rows): C.
-CREATE OR REPLACE FUNCTION outbox._resync_start(job bigint) RETURNS void
+-- Fills in the job's rows_total and records its rows (an ids job's ids, an
+-- organization's rows): C.
+CREATE OR REPLACE FUNCTION outbox._resync_start(job bigint, ids bigint[] DEFAULT NULL)
+RETURNS void
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox__resync_start';
 
 CREATE OR REPLACE FUNCTION outbox._resync_job(target text, tbl regclass, ids bigint[] DEFAULT NULL,
@@ -34,13 +36,7 @@ BEGIN
     VALUES (target, tbl, low, up, shard_scope, shard_identifier, organization,
             session_user::regrole)
     RETURNING j.id INTO job;
-    IF ids IS NOT NULL THEN
-        -- Chunks of 240 ids (src/resync/resync_job.hpp: resync_chunk).
-        INSERT INTO outbox.resync_rows (job, first, relid, ids)
-        SELECT job, c * 240, tbl, ids[c * 240 + 1 : (c + 1) * 240]
-          FROM generate_series(0, (cardinality(ids) - 1) / 240) c;
-    END IF;
-    PERFORM outbox._resync_start(job);
+    PERFORM outbox._resync_start(job, ids);
     RETURN job;
 END
 $$;

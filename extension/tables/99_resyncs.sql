@@ -52,16 +52,18 @@ CREATE TABLE outbox.resync_jobs (
 SELECT pg_catalog.pg_extension_config_dump('outbox.resync_jobs', '');
 
 -- An ids or organization job's rows, in the order they are sent, a chunk
--- of at most 240 ids of one table a row (src/resync/resync_job.hpp): first is the position of the
--- chunk's first id in the job.  Chunks, not a row per id: writing an
--- organization of 100,000 rows a row each took longer than sending them
--- (bench/resync).  No foreign key to resync_jobs, for the same reason: the
--- job's own functions write and delete them (deleted when it ends).
+-- of one table's ids a row (src/resync/id_chunks.hpp: varints of each id's
+-- difference from the one before, at most 1,900 bytes): first is the
+-- position of the chunk's first id in the job.  Chunks, not a row per id:
+-- writing an organization of 100,000 rows a row each took longer than
+-- sending them (bench/resync).  No foreign key to resync_jobs, for the
+-- same reason: the job's own functions write and delete them (deleted when
+-- it ends).
 CREATE TABLE outbox.resync_rows (
     job   bigint   NOT NULL,
     first bigint   NOT NULL,
     relid regclass NOT NULL,
-    ids   bigint[] NOT NULL,
+    ids   bytea    NOT NULL,
     PRIMARY KEY (job, first)
 );
 SELECT pg_catalog.pg_extension_config_dump('outbox.resync_rows', '');

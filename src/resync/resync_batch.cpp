@@ -15,6 +15,7 @@
 #include "pg/guard.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
+#include "resync/id_chunks.hpp"
 #include "resync/resync_job.hpp"
 #include "worker_state/worker_state.hpp"
 
@@ -127,44 +128,45 @@ const char *gone(Oid relid) {
 Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 max_depth,
                       ResyncBatch *batch, const char **failure) {
     // The chunks that hold positions [from, from + batch_size): a chunk
-    // begins at most resync_chunk positions before the first.
+    // begins at most id_chunk_ids - 1 positions before the first.
     int64 end = Min(from + (int64)batch_size, job.rows_total);
     Oid types[3] = {INT8OID, INT8OID, INT8OID};
-    Datum args[3] = {Int64GetDatum(job.id), Int64GetDatum(from - resync_chunk), Int64GetDatum(end)};
+    Datum args[3] = {Int64GetDatum(job.id), Int64GetDatum(from - id_chunk_ids), Int64GetDatum(end)};
     // Sized by the positions left, not batch_size: batch_size + 1
     // overflowed at 2147483647 (the fuzzer).
     int64 positions = Max(end - from, 0) + 1;
     auto *relids = (Oid *)palloc_extended(sizeof(Oid) * positions, MCXT_ALLOC_HUGE);
     auto *ids = (int64 *)palloc_extended(sizeof(int64) * positions, MCXT_ALLOC_HUGE);
+    auto *values = (int64 *)palloc(sizeof(int64) * id_chunk_ids);
     int n = 0;
-    pg::spi_run_as(
-        pg::extension_owner_role, "reading the re-sync's rows",
-        "SELECT r.first, r.relid::pg_catalog.oid, r.ids FROM outbox.resync_rows r"
-        " WHERE r.job = $1 AND r.first > $2 AND r.first < $3 ORDER BY r.first",
-        3, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
-            for (uint64 r = 0; r < rows; r++) {
-                bool isnull;
-                HeapTuple row = SPI_tuptable->vals[r];
-                TupleDesc desc = SPI_tuptable->tupdesc;
-                int64 first = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-                Oid relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
-                ArrayType *chunk = DatumGetArrayTypeP(SPI_getbinval(row, desc, 3, &isnull));
-                if (ARR_HASNULL(chunk) || ARR_ELEMTYPE(chunk) != INT8OID || ARR_NDIM(chunk) != 1)
-                    ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
-                                    errmsg("re-sync job %lld: the chunk of its rows at %lld is "
-                                           "not an array of ids",
-                                           (long long)job.id, (long long)first)));
-                int count = ArrayGetNItems(ARR_NDIM(chunk), ARR_DIMS(chunk));
-                const int64 *values = (const int64 *)ARR_DATA_PTR(chunk);
-                if (first > from + n)
-                    break; // positions from + n on are missing
-                for (int64 p = Max(first, from); p < Min(first + count, end) && n < batch_size;
-                     p++) {
-                    relids[n] = relid;
-                    ids[n++] = values[p - first];
-                }
-            }
-        });
+    pg::spi_run_as(pg::extension_owner_role, "reading the re-sync's rows",
+                   "SELECT r.first, r.relid::pg_catalog.oid, r.ids FROM outbox.resync_rows r"
+                   " WHERE r.job = $1 AND r.first > $2 AND r.first < $3 ORDER BY r.first",
+                   3, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
+                       for (uint64 r = 0; r < rows; r++) {
+                           bool isnull;
+                           HeapTuple row = SPI_tuptable->vals[r];
+                           TupleDesc desc = SPI_tuptable->tupdesc;
+                           int64 first = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+                           Oid relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+                           bytea *chunk = DatumGetByteaPP(SPI_getbinval(row, desc, 3, &isnull));
+                           int count = decode_id_chunk((const uint8 *)VARDATA_ANY(chunk),
+                                                       VARSIZE_ANY_EXHDR(chunk), values);
+                           if (count < 0)
+                               ereport(ERROR,
+                                       (errcode(ERRCODE_DATA_CORRUPTED),
+                                        errmsg("re-sync job %lld: the chunk of its rows at %lld is "
+                                               "not a chunk of ids",
+                                               (long long)job.id, (long long)first)));
+                           if (first > from + n)
+                               break; // positions from + n on are missing
+                           for (int64 p = Max(first, from);
+                                p < Min(first + count, end) && n < batch_size; p++) {
+                               relids[n] = relid;
+                               ids[n++] = values[p - first];
+                           }
+                       }
+                   });
     // Positions the job has but its rows do not (deleted by hand): the job
     // fails naming them.  Sending what is left would skip rows, and a batch
     // of none would leave the job running for ever, each batch moving by none.

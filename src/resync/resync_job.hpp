@@ -39,12 +39,6 @@ void load_resync_job(int64 id, ResyncJob *job);
 const char *resync_span_condition(Relation rel, const TableMeta *meta, const ResyncJob &job,
                                   int64 *low, int64 *up);
 
-// Ids a row of outbox.resync_rows holds at most: 240 keeps the row under
-// TOAST's threshold (1,920 bytes of ids), stored as it is, uncompressed:
-// chunks of 1,000 ids, compressed, took seven times as long to write.
-// extension/functions/52_resync.sql writes an ids job's chunks the same.
-constexpr int resync_chunk = 240;
-
 // Whether relid is still a registered table.  Inside SPI, as the extension's
 // owner.
 bool resync_table_registered(Oid relid);

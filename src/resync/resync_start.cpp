@@ -12,6 +12,7 @@
 #include "pg/hash.hpp"
 #include "pg/spi.hpp"
 #include "relocation/export/belonging.hpp"
+#include "resync/id_chunks.hpp"
 #include "resync/resync_job.hpp"
 
 namespace pgoutbox {
@@ -55,24 +56,37 @@ void count_rows(Relation rel, const char *condition, int nargs, Oid *types, Datu
 }
 
 // Appends ids of relid at positions from *position on, in chunks
-// (extension/tables/99_resyncs.sql).  As the extension's owner, through a
-// plan kept for the session and generic: planned each time with the ids as
-// a constant, the planner copied the whole array, a tenth of a warm find's
-// samples under perf (100,000 rows found in 30 ms then, 28 now).
+// (resync/id_chunks.hpp), in one statement as the extension's owner,
+// through a plan kept for the session.
 void add_rows(int64 job, Oid relid, const int64 *ids, long count, int64 *position) {
     static SPIPlanPtr plan = nullptr;
-    Oid types[5] = {INT8OID, INT8OID, OIDOID, INT8ARRAYOID, INT4OID};
-    Datum args[5] = {Int64GetDatum(job), Int64GetDatum(*position), ObjectIdGetDatum(relid),
-                     pg::int8_array(ids, (int)count), Int32GetDatum(resync_chunk)};
+    // A chunk holds at least id_chunk_bytes / 10 ids (a varint's most).
+    long capacity = count / long(id_chunk_bytes / 10) + 1;
+    auto *firsts = (int64 *)palloc_extended(sizeof(int64) * capacity, MCXT_ALLOC_HUGE);
+    auto *chunks = (Datum *)palloc_extended(sizeof(Datum) * capacity, MCXT_ALLOC_HUGE);
+    int n = 0;
+    for (long at = 0; at < count; n++) {
+        auto *chunk = (bytea *)palloc(VARHDRSZ + id_chunk_bytes);
+        size_t taken;
+        size_t length =
+            encode_id_chunk(ids + at, size_t(count - at), (uint8 *)VARDATA(chunk), &taken);
+        SET_VARSIZE(chunk, VARHDRSZ + length);
+        firsts[n] = *position + at;
+        chunks[n] = PointerGetDatum(chunk);
+        at += long(taken);
+    }
+    Oid types[4] = {INT8OID, OIDOID, INT8ARRAYOID, BYTEAARRAYOID};
+    Datum args[4] = {
+        Int64GetDatum(job), ObjectIdGetDatum(relid), pg::int8_array(firsts, n),
+        PointerGetDatum(construct_array(chunks, n, BYTEAOID, -1, false, TYPALIGN_INT))};
     SPI_connect();
     pg::RunAs scope;
     pg::run_as_extension_owner(&scope);
     pg::spi_run_kept(&plan, "recording the re-sync's rows",
                      "INSERT INTO outbox.resync_rows (job, first, relid, ids)"
-                     " SELECT $1, $2 OPERATOR(pg_catalog.+) c * $5, $3::pg_catalog.regclass,"
-                     " $4[c * $5 + 1 : (c + 1) * $5]"
-                     " FROM pg_catalog.generate_series(0, (pg_catalog.cardinality($4) - 1) / $5) c",
-                     5, types, args, nullptr, false, SPI_OK_INSERT);
+                     " SELECT $1, u.first, $2::pg_catalog.regclass, u.ids"
+                     " FROM ROWS FROM (pg_catalog.unnest($3), pg_catalog.unnest($4)) u(first, ids)",
+                     4, types, args, nullptr, false, SPI_OK_INSERT);
     pg::run_as_end(&scope);
     SPI_finish();
     *position += count;
@@ -217,32 +231,20 @@ OUTBOX_FUNCTION(outbox__resync_start) {
                             errmsg("tbl: relation with OID %u does not exist", job.relid)));
         if (job.target == ResyncTarget::Ids) {
             // Every id named, a row or not, is walked: rows_total counts
-            // them; the shards are those of the rows.
-            Oid types[1] = {INT8OID};
-            Datum args[1] = {Int64GetDatum(id)};
-            MemoryContext here = CurrentMemoryContext;
-            int64 *ids = nullptr;
-            int count = 0;
-            pg::spi_run_as(pg::extension_owner_role, "reading the re-sync's ids",
-                           "SELECT pg_catalog.array_agg(u.i ORDER BY r.first, u.n)"
-                           " FROM outbox.resync_rows r,"
-                           " pg_catalog.unnest(r.ids) WITH ORDINALITY u(i, n) WHERE r.job = $1",
-                           1, types, args, nullptr, true, 1, SPI_OK_SELECT, [&](uint64) {
-                               bool isnull;
-                               Datum all = SPI_getbinval(SPI_tuptable->vals[0],
-                                                         SPI_tuptable->tupdesc, 1, &isnull);
-                               if (isnull)
-                                   return;
-                               MemoryContext spi = MemoryContextSwitchTo(here);
-                               Datum *items;
-                               deconstruct_array(DatumGetArrayTypeP(all), INT8OID, 8,
-                                                 FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, nullptr,
-                                                 &count);
-                               ids = (int64 *)palloc(sizeof(int64) * (count + 1));
-                               for (int i = 0; i < count; i++)
-                                   ids[i] = DatumGetInt64(items[i]);
-                               MemoryContextSwitchTo(spi);
-                           });
+            // them; the shards are those of the rows.  Sorted and distinct
+            // (outbox.resync).
+            if (PG_ARGISNULL(1))
+                ereport(ERROR,
+                        (errcode(ERRCODE_NULL_VALUE_NOT_ALLOWED), errmsg("ids must not be NULL")));
+            ArrayType *array = PG_GETARG_ARRAYTYPE_P(1);
+            if (ARR_NDIM(array) > 1 || ARR_HASNULL(array) || ARR_ELEMTYPE(array) != INT8OID)
+                ereport(ERROR, (errcode(ERRCODE_INVALID_PARAMETER_VALUE),
+                                errmsg("ids must be a one-dimensional array of bigint without "
+                                       "NULL")));
+            long count = ArrayGetNItems(ARR_NDIM(array), ARR_DIMS(array));
+            const int64 *ids = (const int64 *)ARR_DATA_PTR(array);
+            int64 position = 0;
+            add_rows(id, job.relid, ids, count, &position);
             for (long at = 0; at < count; at += ids_per_read) {
                 pg::IdsCondition read;
                 pg::ids_condition("t.id", ids + at, int(Min((long)ids_per_read, count - at)),
