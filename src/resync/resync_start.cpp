@@ -15,6 +15,8 @@
 #include "resync/id_chunks.hpp"
 #include "resync/resync_job.hpp"
 
+#include <algorithm>
+
 namespace pgoutbox {
 
 namespace {
@@ -28,7 +30,8 @@ struct ShardKey {
 
 struct Totals {
     int64 rows;
-    HTAB *shards;
+    HTAB *shards;    // ShardKey
+    int64 id_shards; // shards counted besides: an organization's, of tables sharded by id
 };
 
 // Adds the rows of rel that condition selects, and their shards, to
@@ -92,25 +95,61 @@ void add_rows(int64 job, Oid relid, const int64 *ids, long count, int64 *positio
     *position += count;
 }
 
-// Adds the shards of rel's rows (ids, or the walk's values of its shard
-// column) to totals: a table sharded by id has its ids as shards.
-void add_shards(Relation rel, const int64 *ids, long count, const Ids *found, Totals *totals) {
-    const TableMeta *meta = table_meta_get(rel);
-    if (meta->shard_attnum == InvalidAttrNumber) {
-        for (long i = 0; i < count; i++) {
-            ShardKey key = {ids[i], meta->scope};
+// The shards of an organization's tables sharded by id: per scope, the
+// union of their ids, sorted and distinct.  Merged, not hashed: hashing
+// 100,000 ids was a tenth of the find (its entries' memory faulted in).
+struct IdShards {
+    int64 scope;
+    int64 *ids;
+    long count;
+};
+
+// Merges ids (sorted) into the union of scope in shards (n of
+// them, room for one more).
+void merge_id_shards(IdShards *shards, int *n, int64 scope, const int64 *ids, long count) {
+    IdShards *s = shards;
+    while (s < shards + *n && s->scope != scope)
+        s++;
+    if (s == shards + *n) {
+        *s = IdShards{scope, nullptr, 0};
+        ++*n;
+    }
+    auto *merged =
+        (int64 *)palloc_extended(sizeof(int64) * (s->count + count + 1), MCXT_ALLOC_HUGE);
+    int64 *end = std::set_union(s->ids, s->ids + s->count, ids, ids + count, merged);
+    s->count = std::unique(merged, end) - merged; // a table's ids by id may repeat
+    s->ids = merged;
+}
+
+// Adds the shards that tables sharded by a column hold (the walk's values
+// of it) and those sharded by id do not to totals, and the latter's count.
+void add_shards(const Belonging &b, HTAB *registered, const IdShards *by_id, int n_by_id,
+                Totals *totals) {
+    for (int k = 0; k < n_by_id; k++)
+        totals->id_shards += by_id[k].count;
+    for (int i = 0; i < b.models->count; i++) {
+        bool found;
+        (void)hash_search(registered, &b.models->tables[i].relid, HASH_FIND, &found);
+        if (!found || !b.member[i])
+            continue;
+        const TableMeta *meta = table_meta_get(b.rels[i]);
+        if (meta->shard_attnum == InvalidAttrNumber)
+            continue;
+        if (b.ids[i].also == nullptr) // shard_column asked the walk for it
+            elog(ERROR, "pg_outbox: the re-sync's walk did not read the shard column of %s",
+                 RelationGetRelationName(b.rels[i]));
+        const IdShards *same = by_id;
+        while (same < by_id + n_by_id && same->scope != meta->scope)
+            same++;
+        HASH_SEQ_STATUS scan;
+        hash_seq_init(&scan, b.ids[i].also);
+        for (int64 *value; (value = (int64 *)hash_seq_search(&scan)) != nullptr;) {
+            if (same < by_id + n_by_id &&
+                std::binary_search(same->ids, same->ids + same->count, *value))
+                continue;
+            ShardKey key = {*value, meta->scope};
             (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
         }
-        return;
-    }
-    if (found->also == nullptr) // shard_column asked the walk for it
-        elog(ERROR, "pg_outbox: the re-sync's walk did not read the shard column of %s",
-             RelationGetRelationName(rel));
-    HASH_SEQ_STATUS scan;
-    hash_seq_init(&scan, found->also);
-    for (int64 *value; (value = (int64 *)hash_seq_search(&scan)) != nullptr;) {
-        ShardKey key = {*value, meta->scope};
-        (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
     }
 }
 
@@ -168,6 +207,8 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
                              "a table that is no organization's is Excluded, Config or Global.")));
     }
     int64 position = 0;
+    auto *unions = (IdShards *)palloc(sizeof(IdShards) * (b.order_count + 1));
+    int n_unions = 0;
     for (int o = 0; o < b.order_count; o++) {
         int i = b.order[o];
         const Model *t = &b.models->tables[i];
@@ -197,8 +238,11 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
         }
         add_rows(job.id, t->relid, ids, count, &position);
         totals->rows += count;
-        add_shards(rel, ids, count, &b.ids[i], totals);
+        const TableMeta *meta = table_meta_get(rel);
+        if (meta->shard_attnum == InvalidAttrNumber)
+            merge_id_shards(unions, &n_unions, meta->scope, ids, count);
     }
+    add_shards(b, registered, unions, n_unions, totals);
     for (int i = 0; i < b.models->count; i++)
         if (b.member[i])
             relation_close(b.rels[i], NoLock);
@@ -220,8 +264,10 @@ OUTBOX_FUNCTION(outbox__resync_start) {
     ResyncJob job;
     load_resync_job(id, &job);
     pg::run_as_end(&scope);
-    Totals totals = {0, pg::blob_hash("pg_outbox re-sync shards", 64, sizeof(ShardKey),
-                                      sizeof(ShardKey), CurrentMemoryContext)};
+    Totals totals = {0,
+                     pg::blob_hash("pg_outbox re-sync shards", 64, sizeof(ShardKey),
+                                   sizeof(ShardKey), CurrentMemoryContext),
+                     0};
     if (job.target == ResyncTarget::Organization) {
         resolve_organization(job, &totals);
     } else {
@@ -264,7 +310,7 @@ OUTBOX_FUNCTION(outbox__resync_start) {
     }
     Oid types[3] = {INT8OID, INT8OID, INT8OID};
     Datum args[3] = {Int64GetDatum(id), Int64GetDatum(totals.rows),
-                     Int64GetDatum(hash_get_num_entries(totals.shards))};
+                     Int64GetDatum(hash_get_num_entries(totals.shards) + totals.id_shards)};
     pg::spi_run_as(pg::extension_owner_role, "recording the re-sync's size",
                    "UPDATE outbox.resync_jobs j SET rows_total = $2, shards = $3 WHERE j.id = $1",
                    3, types, args, nullptr, false, 0, SPI_OK_UPDATE, [](uint64) {});
