@@ -28,10 +28,17 @@ namespace {
 // and organization jobs), or the next id (range and shard jobs).
 constexpr int32 cursor_begun = 2;
 
-void run_as_owner(const char *what, const char *sql, int nargs, Oid *types, Datum *args,
-                  const char *nulls, int expected) {
-    pg::spi_run_as(pg::extension_owner_role, what, sql, nargs, types, args, nulls, false, 0,
-                   expected, [](uint64) {});
+// Through a plan kept for the session (pg::spi_run_kept): a batch runs the
+// same few statements, and parsing and planning each every time was a
+// third of a small batch.
+void run_as_owner(SPIPlanPtr *plan, const char *what, const char *sql, int nargs, Oid *types,
+                  Datum *args, const char *nulls, int expected) {
+    pg::spi_connected_as(
+        pg::extension_owner_role,
+        [&] {
+            return pg::spi_run_kept(plan, what, sql, nargs, types, args, nulls, false, expected);
+        },
+        [](uint64) {});
 }
 
 // Records a batch: its rows and outbox rows, and the end of the job when
@@ -46,7 +53,8 @@ void record_batch(int64 id, const ResyncBatch &batch, const char *error, bool re
                      error ? CStringGetTextDatum(error) : (Datum)0,
                      BoolGetDatum(restarted)};
     char nulls[6] = {' ', ' ', ' ', ' ', error ? ' ' : 'n', ' '};
-    run_as_owner("recording the re-sync batch",
+    static SPIPlanPtr update = nullptr, forget = nullptr;
+    run_as_owner(&update, "recording the re-sync batch",
                  "UPDATE outbox.resync_jobs j SET outbox_rows = j.outbox_rows + $2,"
                  " rows_done = CASE WHEN $6 THEN 0 ELSE j.rows_done END + $3, throttled = false,"
                  " state = CASE WHEN $5 IS NOT NULL THEN 'failed' WHEN $4 THEN 'done'"
@@ -55,7 +63,7 @@ void record_batch(int64 id, const ResyncBatch &batch, const char *error, bool re
                  " WHERE j.id = $1",
                  6, types, args, nulls, SPI_OK_UPDATE);
     if (batch.done)
-        run_as_owner("forgetting the re-sync's rows",
+        run_as_owner(&forget, "forgetting the re-sync's rows",
                      "DELETE FROM outbox.resync_rows r WHERE r.job = $1", 1, types, args, nullptr,
                      SPI_OK_DELETE);
 }
@@ -63,7 +71,8 @@ void record_batch(int64 id, const ResyncBatch &batch, const char *error, bool re
 void record_throttled(int64 id) {
     Oid types[1] = {INT8OID};
     Datum args[1] = {Int64GetDatum(id)};
-    run_as_owner("recording the re-sync's wait",
+    static SPIPlanPtr plan = nullptr;
+    run_as_owner(&plan, "recording the re-sync's wait",
                  "UPDATE outbox.resync_jobs j SET throttled = true WHERE j.id = $1"
                  " AND NOT j.throttled",
                  1, types, args, nullptr, SPI_OK_UPDATE);
@@ -86,12 +95,15 @@ bool open_table(Oid relid, Table *table) {
     table->rel = registered ? pg::open_user_table(relid, AccessShareLock) : nullptr;
     if (table->rel == nullptr)
         return false;
-    pg::run_as_extension_owner(&scope);
-    Registration reg = load_registration(relid, false);
-    pg::run_as_end(&scope);
     table->meta = table_meta_get(table->rel);
-    table->targets = table->meta->silo == Silo::Control ? backfill_targets(table->meta, reg)
-                                                        : CellTargets{0, nullptr, true};
+    table->targets = CellTargets{0, nullptr, true};
+    if (table->meta->silo == Silo::Control) {
+        // A control table's rows go to the cells its registration names.
+        pg::run_as_extension_owner(&scope);
+        Registration reg = load_registration(relid, false);
+        pg::run_as_end(&scope);
+        table->targets = backfill_targets(table->meta, reg);
+    }
     table->name = pg::qualified_name(table->rel);
     pg::refuse_forced_row_security(table->rel);
     return true;
@@ -139,34 +151,41 @@ Cursor position_batch(const ResyncJob &job, int64 from, int32 batch_size, int32 
     auto *ids = (int64 *)palloc_extended(sizeof(int64) * positions, MCXT_ALLOC_HUGE);
     auto *values = (int64 *)palloc(sizeof(int64) * id_chunk_ids);
     int n = 0;
-    pg::spi_run_as(pg::extension_owner_role, "reading the re-sync's rows",
-                   "SELECT r.first, r.relid::pg_catalog.oid, r.ids FROM outbox.resync_rows r"
-                   " WHERE r.job = $1 AND r.first > $2 AND r.first < $3 ORDER BY r.first",
-                   3, types, args, nullptr, true, 0, SPI_OK_SELECT, [&](uint64 rows) {
-                       for (uint64 r = 0; r < rows; r++) {
-                           bool isnull;
-                           HeapTuple row = SPI_tuptable->vals[r];
-                           TupleDesc desc = SPI_tuptable->tupdesc;
-                           int64 first = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
-                           Oid relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
-                           bytea *chunk = DatumGetByteaPP(SPI_getbinval(row, desc, 3, &isnull));
-                           int count = decode_id_chunk((const uint8 *)VARDATA_ANY(chunk),
-                                                       VARSIZE_ANY_EXHDR(chunk), values);
-                           if (count < 0)
-                               ereport(ERROR,
-                                       (errcode(ERRCODE_DATA_CORRUPTED),
-                                        errmsg("re-sync job %lld: the chunk of its rows at %lld is "
-                                               "not a chunk of ids",
-                                               (long long)job.id, (long long)first)));
-                           if (first > from + n)
-                               break; // positions from + n on are missing
-                           for (int64 p = Max(first, from);
-                                p < Min(first + count, end) && n < batch_size; p++) {
-                               relids[n] = relid;
-                               ids[n++] = values[p - first];
-                           }
-                       }
-                   });
+    static SPIPlanPtr plan = nullptr;
+    pg::spi_connected_as(
+        pg::extension_owner_role,
+        [&] {
+            return pg::spi_run_kept(
+                &plan, "reading the re-sync's rows",
+                "SELECT r.first, r.relid::pg_catalog.oid, r.ids FROM outbox.resync_rows r"
+                " WHERE r.job OPERATOR(pg_catalog.=) $1 AND r.first OPERATOR(pg_catalog.>) $2"
+                " AND r.first OPERATOR(pg_catalog.<) $3 ORDER BY r.first",
+                3, types, args, nullptr, true, SPI_OK_SELECT);
+        },
+        [&](uint64 rows) {
+            for (uint64 r = 0; r < rows; r++) {
+                bool isnull;
+                HeapTuple row = SPI_tuptable->vals[r];
+                TupleDesc desc = SPI_tuptable->tupdesc;
+                int64 first = DatumGetInt64(SPI_getbinval(row, desc, 1, &isnull));
+                Oid relid = DatumGetObjectId(SPI_getbinval(row, desc, 2, &isnull));
+                bytea *chunk = DatumGetByteaPP(SPI_getbinval(row, desc, 3, &isnull));
+                int count = decode_id_chunk((const uint8 *)VARDATA_ANY(chunk),
+                                            VARSIZE_ANY_EXHDR(chunk), values);
+                if (count < 0)
+                    ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                                    errmsg("re-sync job %lld: the chunk of its rows at %lld is "
+                                           "not a chunk of ids",
+                                           (long long)job.id, (long long)first)));
+                if (first > from + n)
+                    break; // positions from + n on are missing
+                for (int64 p = Max(first, from); p < Min(first + count, end) && n < batch_size;
+                     p++) {
+                    relids[n] = relid;
+                    ids[n++] = values[p - first];
+                }
+            }
+        });
     // Positions the job has but its rows do not (deleted by hand): the job
     // fails naming them.  Sending what is left would skip rows, and a batch
     // of none would leave the job running for ever, each batch moving by none.
@@ -310,7 +329,8 @@ bool resync_batch(int64 id, int32 batch_size, int32 max_shard_depth, ResyncBatch
 void resync_record_error(int64 job, const char *message) {
     Oid types[2] = {INT8OID, TEXTOID};
     Datum args[2] = {Int64GetDatum(job), CStringGetTextDatum(message)};
-    run_as_owner("recording the re-sync's error",
+    static SPIPlanPtr plan = nullptr;
+    run_as_owner(&plan, "recording the re-sync's error",
                  "UPDATE outbox.resync_jobs j SET last_error = $2 WHERE j.id = $1", 2, types, args,
                  nullptr, SPI_OK_UPDATE);
 }

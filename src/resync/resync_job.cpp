@@ -9,12 +9,13 @@ namespace pgoutbox {
 void load_resync_job(int64 id, ResyncJob *job) {
     Oid types[1] = {INT8OID};
     Datum args[1] = {Int64GetDatum(id)};
-    uint64 n = pg::spi_run(
-        "reading the re-sync job",
+    static SPIPlanPtr plan = nullptr;
+    uint64 n = pg::spi_run_kept(
+        &plan, "reading the re-sync job",
         "SELECT j.target, j.relid, j.low, j.up, j.shard_identifier,"
         " j.organization, j.state OPERATOR(pg_catalog.=) 'running', j.rows_done, j.rows_total"
-        " FROM outbox.resync_jobs j WHERE j.id = $1 FOR UPDATE",
-        1, types, args, nullptr, false, 1, SPI_OK_SELECT);
+        " FROM outbox.resync_jobs j WHERE j.id OPERATOR(pg_catalog.=) $1 FOR UPDATE",
+        1, types, args, nullptr, false, SPI_OK_SELECT);
     if (n == 0)
         ereport(ERROR, (errcode(ERRCODE_UNDEFINED_OBJECT),
                         errmsg("re-sync job %lld does not exist", (long long)id)));
@@ -63,10 +64,11 @@ const char *resync_span_condition(Relation rel, const TableMeta *meta, const Res
 bool resync_table_registered(Oid relid) {
     Oid types[1] = {OIDOID};
     Datum args[1] = {ObjectIdGetDatum(relid)};
-    return pg::spi_run("reading the registration",
-                       "SELECT FROM outbox.registered_tables r"
-                       " WHERE r.relid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
-                       1, types, args, nullptr, true, 1, SPI_OK_SELECT) == 1;
+    static SPIPlanPtr plan = nullptr;
+    return pg::spi_run_kept(&plan, "reading the registration",
+                            "SELECT FROM outbox.registered_tables r"
+                            " WHERE r.relid OPERATOR(pg_catalog.=) $1::pg_catalog.regclass",
+                            1, types, args, nullptr, true, SPI_OK_SELECT) == 1;
 }
 
 } // namespace pgoutbox
