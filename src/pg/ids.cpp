@@ -33,7 +33,8 @@ void ids_condition(const char *column, const int64 *ids, int n, IdsCondition *ou
                         gapless ? "" : " OPERATOR(pg_catalog.=) ANY ($1)");
     out->types[0] = INT8ARRAYOID;
     out->types[1] = out->types[2] = INT8OID;
-    out->args[0] = int8_array(ids, n);
+    // Without a gap the condition does not read $1.
+    out->args[0] = gapless ? PointerGetDatum(construct_empty_array(INT8OID)) : int8_array(ids, n);
     out->args[1] = Int64GetDatum(ids[0]);
     out->args[2] = Int64GetDatum(ids[n - 1]);
 }

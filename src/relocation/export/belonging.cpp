@@ -57,7 +57,11 @@ void add_row(Ids *ids, TupleTableSlot *slot, MemoryContext context) {
     if (ids->also != nullptr) {
         Datum datum = slot_getattr(slot, 2, &isnull);
         int64 value = isnull ? 0 : DatumGetInt64(datum);
+        if (ids->also_any && value == ids->also_last)
+            return;
         (void)hash_search(ids->also, &value, HASH_ENTER, nullptr);
+        ids->also_any = true;
+        ids->also_last = value;
     }
 }
 

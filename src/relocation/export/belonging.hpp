@@ -29,6 +29,8 @@ struct Ids {
     long pending_count;
     long pending_capacity;
     HTAB *also;
+    bool also_any;   // a value of also read yet
+    int64 also_last; // the latest: rows in index order repeat it
 };
 
 // The ids found, sorted and distinct: the set's own array.
