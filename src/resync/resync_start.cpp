@@ -1,7 +1,8 @@
-// outbox._resync_start(job): run once by outbox._resync_job when a job is
-// recorded, in its transaction.  An organization job's rows are found here
-// (relocation/export/belonging.hpp: the export's rule, the same snapshot),
-// in the export's order, parents first, into outbox.resync_rows; then, for
+// outbox._resync_start(job, ids): run once by outbox._resync_job when a job
+// is recorded, in its transaction.  An ids job's ids (sorted, distinct) are
+// written to outbox.resync_rows here; an organization job's rows are found
+// here (relocation/export/belonging.hpp: the export's rule, the same
+// snapshot), in the export's order, parents first, into it; then, for
 // every job, how many rows it targets and in how many shards, which the
 // view's rows left and ETA, and the dry runs (plan_resync), read.
 //
@@ -118,6 +119,8 @@ void merge_id_shards(IdShards *shards, int *n, int64 scope, const int64 *ids, lo
         (int64 *)palloc_extended(sizeof(int64) * (s->count + count + 1), MCXT_ALLOC_HUGE);
     int64 *end = std::set_union(s->ids, s->ids + s->count, ids, ids + count, merged);
     s->count = std::unique(merged, end) - merged; // a table's ids by id may repeat
+    if (s->ids != nullptr)
+        pfree(s->ids);
     s->ids = merged;
 }
 
