@@ -305,6 +305,30 @@ SELECT outbox._relocation_table('reloc.extension_owned') AS extension_table,
        outbox._relocation_table_key('reloc.extension_owned') AS its_key;
 ALTER EXTENSION plpgsql DROP TABLE reloc.extension_owned;
 DROP TABLE reloc.extension_owned;
+-- The rule's other edges, now read from the catalogs (issue 49): a
+-- partition takes its root's key, a temporary table is not covered, an
+-- unlogged one is; a registered table is named by its table_key, which
+-- may collide with another table's name (an error that names both).
+CREATE TEMP TABLE reloc_temporary (id bigint PRIMARY KEY);
+CREATE UNLOGGED TABLE reloc.unlogged (id bigint PRIMARY KEY);
+CREATE TABLE reloc.keyed (id bigint PRIMARY KEY);
+SELECT outbox.register_table('reloc.keyed', 'user_update', 'control', table_key => 'auth_user_copy');
+CREATE TABLE auth_user_copy (id bigint PRIMARY KEY);
+SELECT outbox._relocation_table('reloc.event_1') AS partition,
+       outbox._relocation_table('reloc.event') AS its_root,
+       outbox._relocation_table('reloc_temporary') AS temporary,
+       outbox._relocation_table('pg_temp.reloc_temporary') AS temporary_qualified,
+       outbox._relocation_table('reloc.unlogged') AS unlogged,
+       outbox._relocation_table('reloc.keyed') AS by_its_name,
+       outbox._relocation_table_key('reloc.keyed') AS its_key,
+       outbox._relocation_table_key('reloc.event_1') AS partition_key,
+       outbox._relocation_table_key(0) AS no_table,
+       outbox._relocation_table(NULL) AS null_key;
+\set VERBOSITY default
+SELECT outbox._relocation_table('auth_user_copy');
+\set VERBOSITY terse
+SELECT outbox.unregister_table('reloc.keyed');
+DROP TABLE reloc_temporary, reloc.unlogged, reloc.keyed, auth_user_copy;
 
 \c regression
 SET client_min_messages = warning;

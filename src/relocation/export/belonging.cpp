@@ -93,7 +93,7 @@ int64 *sorted_ids(Ids *ids, long *count) {
 
 void find_belonging(int scope, const char *argument, const int64 *roots, int root_count,
                     Belonging *out, AlsoRead also, void *also_arg) {
-    Models *models = load_models();
+    Models *models = load_models(false);
     int n = models->count;
     int root = root_of(models, scope);
     if (root < 0)

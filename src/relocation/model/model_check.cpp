@@ -46,7 +46,7 @@ void finding(ReturnSetInfo *rsinfo, const Model *table, const char *kind, const 
 OUTBOX_FUNCTION(outbox_check_models) {
     InitMaterializedSRF(fcinfo, 0);
     auto *rsinfo = (ReturnSetInfo *)fcinfo->resultinfo;
-    Models *models = load_models();
+    Models *models = load_models(true);
     int n = models->count;
     bool *member = (bool *)palloc0(sizeof(bool) * (n + 1));
     bool *reaches[2], *reaches_not_null[2];

@@ -1,7 +1,7 @@
 // The application's tables as relocation sees them: each table's scopes,
 // primary key and references (foreign keys and registered cross-silo
-// references), read from the catalog and outbox.relocation_scopes as the
-// extension's owner.  Shared by outbox.check_models() and the exports.
+// references), read from the catalogs and, as the extension's owner,
+// outbox.relocation_scopes.  Shared by outbox.check_models() and the exports.
 #pragma once
 
 #include "pg/postgres.hpp"
@@ -52,8 +52,9 @@ struct Models {
     int organization_root;
 };
 
-// Read in CurrentMemoryContext.
-Models *load_models();
+// Read in CurrentMemoryContext; each Model's suspects only when asked
+// (outbox.check_models() reports them).
+Models *load_models(bool with_suspects);
 
 inline int root_of(const Models *models, int scope) {
     return scope == User ? models->user_root : models->organization_root;
