@@ -377,18 +377,27 @@ static uint64 read_registration(Relation rel, Oid root) {
         return pg::spi_run("reading the registry", psprintf("%s WHERE r.relid = $1", columns), 1,
                            types, args, nullptr, true, 1, SPI_OK_SELECT);
     }
-    if (covering == nullptr) {
-        Oid types[1] = {REGCLASSOID};
-        SPIPlanPtr fresh = SPI_prepare(psprintf("%s JOIN outbox._self_and_ancestors($1) a"
-                                                " ON a.relid = r.relid ORDER BY a.depth LIMIT 1",
-                                                columns),
-                                       1, types);
-        if (fresh == nullptr)
-            elog(ERROR, "pg_outbox: SPI_prepare failed: %s", SPI_result_code_string(SPI_result));
-        SPI_keepplan(fresh);
-        covering = fresh;
-    }
-    Datum args[1] = {ObjectIdGetDatum(RelationGetRelid(rel))};
+    // Nearest first: a partition takes the registration of the nearest
+    // registered table above it.  Its ancestors come from the catalog, not
+    // from outbox._self_and_ancestors(), an SQL function planned again on
+    // each call; and the plan is generic, not one planned for each of a new
+    // backend's first five tables.
+    Oid types[1] = {OIDARRAYOID};
+    pg::spi_prepare_kept(&covering, "reading the registry",
+                         psprintf("%s WHERE r.relid::oid = ANY ($1)"
+                                  " ORDER BY array_position($1, r.relid::oid) LIMIT 1",
+                                  columns),
+                         1, types, CURSOR_OPT_GENERIC_PLAN);
+    Oid relid = RelationGetRelid(rel);
+    List *ancestors = get_rel_relispartition(relid) ? get_partition_ancestors(relid) : NIL;
+    Datum *self_and_ancestors = (Datum *)palloc(sizeof(Datum) * (list_length(ancestors) + 1));
+    int n = 0;
+    self_and_ancestors[n++] = ObjectIdGetDatum(relid);
+    ListCell *cell;
+    foreach (cell, ancestors)
+        self_and_ancestors[n++] = ObjectIdGetDatum(lfirst_oid(cell));
+    Datum args[1] = {PointerGetDatum(
+        construct_array(self_and_ancestors, n, OIDOID, sizeof(Oid), true, TYPALIGN_INT))};
     int rc = SPI_execute_plan(covering, args, nullptr, true, 1);
     if (rc != SPI_OK_SELECT)
         elog(ERROR, "pg_outbox: registry lookup failed: %s", SPI_result_code_string(rc));
