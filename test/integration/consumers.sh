@@ -82,8 +82,12 @@ check "no shard was handled by two of them at once" \
                WHERE a.shard BETWEEN 1 AND 40")" = 0 ]
 check "the worker delivered every users change meanwhile" \
     [ "$(q -c "SELECT count(DISTINCT object) FROM delivered WHERE consumer = 'worker' AND object >= 100 AND shard < 7")" = 195 ]
-check "outbox.stats counts the consumers' deliveries and their lag" \
-    [ "$(q -c "SELECT delivered >= 600 AND lag_p99 IS NOT NULL FROM outbox.stats WHERE category_name = 'org_update'")" = t ]
+# Every row counted once as processed; messages (delivered) are fewer
+# when a consumer falls behind and coalesces an organisation's changes
+# (a sanitizer run on a busy machine: "delivered >= 600" failed).
+check "outbox.stats counts the consumers' rows, deliveries and lag" wait_for 10 \
+    "SELECT processed >= 600 AND delivered BETWEEN 40 AND processed AND lag_p99 IS NOT NULL
+       FROM outbox.stats WHERE category_name = 'org_update'" t
 kill -TERM "${pids[@]}" 2>/dev/null
 wait "${pids[@]}" 2>/dev/null
 check "SIGTERM: both consumers stop cleanly" [ "$(cat "$logs/one.err" "$logs/two.err")" = "" ]

@@ -226,6 +226,21 @@ int index_of_key(const Models *models, const char *key) {
     return -1;
 }
 
+// The quoted, schema-qualified name of function fn; NULL when it is gone
+// (dropped since outbox.relocation_scopes named it).  Read from one
+// catalog row: two lookups could see it dropped in between.
+char *function_name(Oid fn) {
+    HeapTuple tuple = SearchSysCache1(PROCOID, ObjectIdGetDatum(fn));
+    if (!HeapTupleIsValid(tuple))
+        return nullptr;
+    auto *proc = (Form_pg_proc)GETSTRUCT(tuple);
+    Oid schema_oid = proc->pronamespace;
+    char *name = pstrdup(NameStr(proc->proname));
+    ReleaseSysCache(tuple);
+    char *schema = get_namespace_name(schema_oid);
+    return schema == nullptr ? nullptr : quote_qualified_identifier(schema, name);
+}
+
 bool integer_type(Oid type) {
     return type == INT2OID || type == INT4OID || type == INT8OID;
 }
@@ -370,10 +385,8 @@ Models *load_models(bool with_suspects) {
         if (d != nullptr && d->has_scopes)
             m->scopes = scopes_of(d->scopes, &m->scope_count);
         m->has_function = d != nullptr && OidIsValid(d->scope_function);
-        if (m->has_function && SearchSysCacheExists1(PROCOID, d->scope_function))
-            m->function = quote_qualified_identifier(
-                get_namespace_name(get_func_namespace(d->scope_function)),
-                get_func_name(d->scope_function));
+        if (m->has_function)
+            m->function = function_name(d->scope_function);
         AttrNumber pk = primary_key_column(c->oid);
         if (pk > 0 && integer_type(get_atttype(c->oid, pk)))
             m->pk = get_attname(c->oid, pk, false);
@@ -469,9 +482,12 @@ OUTBOX_FUNCTION(outbox__relocation_table_key) {
     if (!HeapTupleIsValid(tuple))
         PG_RETURN_NULL();
     auto *c = (Form_pg_class)GETSTRUCT(tuple);
-    char *schema = get_namespace_name(c->relnamespace);
+    Oid schema_oid = c->relnamespace;
     char *name = pstrdup(NameStr(c->relname));
     ReleaseSysCache(tuple);
+    char *schema = get_namespace_name(schema_oid);
+    if (schema == nullptr)
+        PG_RETURN_NULL(); // its schema dropped meanwhile
     bool isnull;
     Datum registered = one_value("naming a relocation's table",
                                  "SELECT r.table_key FROM outbox.registered_tables r"
