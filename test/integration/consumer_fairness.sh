@@ -36,9 +36,18 @@ consumer two BATCH=1000 POLL=0.1 RECORD_OBJECTS=20000
 done) &
 pids+=($!)
 writer=$!
-sleep 5
-check "organisation 1's shards are due: $(q -c "SELECT count(DISTINCT shard_identifier) FROM outbox.cell_outbox") of them" \
-    test "$(q -c "SELECT count(DISTINCT shard_identifier) >= 5000 FROM outbox.cell_outbox")" = t
+sleep 3
+# How many of organisation 1's shards are due swings with each write: all
+# 10,000 as it commits, fewer as the consumers catch up (a fast machine
+# drains half of them before the next write).  The peak of two writes'
+# samples is the figure; one sample at a random instant made this flaky.
+due_peak=0
+for _ in $(seq 20); do
+    due=$(q -c "SELECT count(DISTINCT shard_identifier) FROM outbox.cell_outbox")
+    [ "$due" -gt "$due_peak" ] && due_peak=$due
+    sleep 0.2
+done
+check "organisation 1's shards are due: up to $due_peak of them" test "$due_peak" -ge 5000
 
 # Organisation 2's project, written 5 times, each once the last was
 # delivered: the wait of each, commit to the consumer's handler.
