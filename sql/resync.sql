@@ -207,6 +207,19 @@ SELECT shard, cat, object, payload FROM cell_rows;
 SELECT target, filter, state, rows_total, rows_done, shards, outbox_rows
   FROM outbox.resyncs WHERE job = :job;
 SELECT outbox.resync_organization(404);
+-- A table of the scope that is not registered, and that no registered
+-- table refers to through the scope, is not read: none of its rows is
+-- sent, and its text key (which an export refuses) does not stop the
+-- re-sync.  A registered table that refers to it keeps it in the walk.
+CREATE TABLE org_label (code text PRIMARY KEY, org_id bigint NOT NULL REFERENCES org);
+INSERT INTO org_label VALUES ('a', 4), ('b', 4);
+SELECT outbox.set_relocation_scope('org_label', '{Organization}');
+SELECT "rows", shards, tables FROM outbox.plan_resync_organization(4);
+CREATE TABLE label_use (id bigint PRIMARY KEY, label text NOT NULL REFERENCES org_label);
+SELECT outbox.register_table('label_use', 'MEMBER_UPDATE');
+SELECT outbox.set_relocation_scope('label_use', '{Organization}');
+SELECT outbox.resync_organization(4);
+DROP TABLE label_use, org_label;
 -- An organization that is moving is refused, naming the move.
 INSERT INTO outbox.organization_moves (relocation, organization, side, from_cell, to_cell, step)
 VALUES ('00000000-0000-0000-0000-000000000007', 7, 'source', 'cell-a', 'cell-b', 'copy');

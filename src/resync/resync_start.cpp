@@ -156,13 +156,18 @@ void add_shards(const Belonging &b, HTAB *registered, const IdShards *by_id, int
     }
 }
 
+// The tables the walk reads for themselves (belonging.hpp's wanted): the
+// registered ones.
+bool is_registered(void *registered, Oid relid) {
+    bool found;
+    (void)hash_search((HTAB *)registered, &relid, HASH_FIND, &found);
+    return found;
+}
+
 // The walk's also column (belonging.hpp): the shard column of a registered
 // table sharded by a column.
 const char *shard_column(void *registered, Relation rel) {
-    bool found;
-    Oid relid = RelationGetRelid(rel);
-    (void)hash_search((HTAB *)registered, &relid, HASH_FIND, &found);
-    if (!found)
+    if (!is_registered(registered, RelationGetRelid(rel)))
         return nullptr;
     const TableMeta *meta = table_meta_get(rel);
     if (meta->shard_attnum == InvalidAttrNumber)
@@ -195,7 +200,7 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
     HTAB *registered = registered_tables();
     Belonging b;
     find_belonging(Organization, "organization", &job.organization, 1, &b, shard_column,
-                   registered);
+                   is_registered, registered);
     for (int i = 0; i < b.models->count; i++) {
         const Model *t = &b.models->tables[i];
         bool found;

@@ -77,6 +77,28 @@ const char *scope_filter(const Model *t, int scope) {
                : psprintf(" AND %s(t) = %s", t->function, quote_literal_cstr(scope_name(scope)));
 }
 
+// Leaves out of member the tables that are not wanted and lead to none
+// that is: a table is kept when it is wanted, or when a kept member refers
+// to it (every table on a path from the root to a wanted one).
+void keep_wanted(const Models *models, int root, Wanted wanted, void *arg, bool *member) {
+    int n = models->count;
+    bool *kept = (bool *)palloc0(sizeof(bool) * (n + 1));
+    for (int i = 0; i < n; i++)
+        kept[i] = member[i] && (i == root || wanted(arg, models->tables[i].relid));
+    for (bool grew = true; grew;) {
+        grew = false;
+        for (int e = 0; e < models->edge_count; e++) {
+            int p = models->edges[e].parent, c = models->edges[e].child;
+            if (member[p] && kept[c] && !kept[p]) {
+                kept[p] = true;
+                grew = true;
+            }
+        }
+    }
+    memcpy(member, kept, sizeof(bool) * n);
+    pfree(kept);
+}
+
 void refuse(const Model *t, int scope, const char *problem, const char *hint) {
     ereport(ERROR,
             (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
@@ -92,7 +114,7 @@ int64 *sorted_ids(Ids *ids, long *count) {
 }
 
 void find_belonging(int scope, const char *argument, const int64 *roots, int root_count,
-                    Belonging *out, AlsoRead also, void *also_arg) {
+                    Belonging *out, AlsoRead also, Wanted wanted, void *arg) {
     Models *models = load_models(false);
     int n = models->count;
     int root = root_of(models, scope);
@@ -102,11 +124,14 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
                  errmsg("scope %s has no relocation root", scope_name(scope)),
                  errhint("SELECT outbox.set_relocation_root('%s', <table>);", scope_name(scope))));
     bool *member = (bool *)palloc0(sizeof(bool) * (n + 1));
+    for (int i = 0; i < n; i++)
+        member[i] = (models->tables[i].scopes & scope) != 0;
+    if (wanted != nullptr)
+        keep_wanted(models, root, wanted, arg, member);
     for (int i = 0; i < n; i++) {
         const Model *t = &models->tables[i];
-        if (!(t->scopes & scope))
+        if (!member[i])
             continue;
-        member[i] = true;
         if (t->pk == nullptr)
             refuse(t, scope, "has no primary key of one integer column",
                    "An export names each row by its primary key.");
@@ -141,7 +166,7 @@ void find_belonging(int scope, const char *argument, const int64 *roots, int roo
             ereport(ERROR,
                     (errcode(ERRCODE_UNDEFINED_TABLE),
                      errmsg("table %s was dropped during the export", models->tables[i].key)));
-        also_columns[i] = also == nullptr ? nullptr : also(also_arg, rels[i]);
+        also_columns[i] = also == nullptr ? nullptr : also(arg, rels[i]);
         if (also_columns[i] != nullptr)
             ids[i].also =
                 pg::blob_hash("pg_outbox export also", 64, sizeof(int64), sizeof(int64), context);

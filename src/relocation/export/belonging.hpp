@@ -82,8 +82,17 @@ struct Belonging {
 // also (optional): the quoted name of an integer column to read besides the
 // primary key of rel (a member, as arg asks), or nullptr; the re-sync reads
 // each row's shard with the walk rather than reading the rows again.
+//
+// wanted (optional): whether the caller wants the rows of a table of the
+// scope, wanted(arg, relid) (also and wanted take the same arg).  A table
+// it does not want, from which the scope's references lead to none it
+// wants, is no member: not opened, read or checked.  The root is always a
+// member.  The re-sync wants the registered tables: most of a Sentry
+// organization's tables are not replicated, and reading them sent nothing.
 using AlsoRead = const char *(*)(void *arg, Relation rel);
+using Wanted = bool (*)(void *arg, Oid relid);
 void find_belonging(int scope, const char *argument, const int64 *roots, int root_count,
-                    Belonging *out, AlsoRead also = nullptr, void *also_arg = nullptr);
+                    Belonging *out, AlsoRead also = nullptr, Wanted wanted = nullptr,
+                    void *arg = nullptr);
 
 } // namespace pgoutbox::relocation
