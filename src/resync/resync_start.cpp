@@ -124,6 +124,14 @@ void merge_id_shards(IdShards *shards, int *n, int64 scope, const int64 *ids, lo
     s->ids = merged;
 }
 
+// The tables the walk reads for themselves (belonging.hpp's wanted): the
+// registered ones.
+bool is_registered(void *registered, Oid relid) {
+    bool found;
+    (void)hash_search((HTAB *)registered, &relid, HASH_FIND, &found);
+    return found;
+}
+
 // Adds the shards that tables sharded by a column hold (the walk's values
 // of it) and those sharded by id do not to totals, and the latter's count.
 void add_shards(const Belonging &b, HTAB *registered, const IdShards *by_id, int n_by_id,
@@ -131,9 +139,7 @@ void add_shards(const Belonging &b, HTAB *registered, const IdShards *by_id, int
     for (int k = 0; k < n_by_id; k++)
         totals->id_shards += by_id[k].count;
     for (int i = 0; i < b.models->count; i++) {
-        bool found;
-        (void)hash_search(registered, &b.models->tables[i].relid, HASH_FIND, &found);
-        if (!found || !b.member[i])
+        if (!b.member[i] || !is_registered(registered, b.models->tables[i].relid))
             continue;
         const TableMeta *meta = table_meta_get(b.rels[i]);
         if (meta->shard_attnum == InvalidAttrNumber)
@@ -154,14 +160,6 @@ void add_shards(const Belonging &b, HTAB *registered, const IdShards *by_id, int
             (void)hash_search(totals->shards, &key, HASH_ENTER, nullptr);
         }
     }
-}
-
-// The tables the walk reads for themselves (belonging.hpp's wanted): the
-// registered ones.
-bool is_registered(void *registered, Oid relid) {
-    bool found;
-    (void)hash_search((HTAB *)registered, &relid, HASH_FIND, &found);
-    return found;
 }
 
 // The walk's also column (belonging.hpp): the shard column of a registered
@@ -203,9 +201,7 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
                    is_registered, registered);
     for (int i = 0; i < b.models->count; i++) {
         const Model *t = &b.models->tables[i];
-        bool found;
-        (void)hash_search(registered, &t->relid, HASH_FIND, &found);
-        if (found && t->scopes == 0)
+        if (t->scopes == 0 && is_registered(registered, t->relid))
             ereport(ERROR,
                     (errcode(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE),
                      errmsg("cannot re-sync organization " INT64_FORMAT
@@ -220,9 +216,7 @@ void resolve_organization(const ResyncJob &job, Totals *totals) {
     for (int o = 0; o < b.order_count; o++) {
         int i = b.order[o];
         const Model *t = &b.models->tables[i];
-        bool found;
-        (void)hash_search(registered, &t->relid, HASH_FIND, &found);
-        if (!found)
+        if (!is_registered(registered, t->relid))
             continue;
         long count;
         int64 *ids = sorted_ids(&b.ids[i], &count);
