@@ -359,8 +359,6 @@ BEGIN
                 USING ERRCODE = 'unique_violation',
                       HINT = 'A move keeps primary keys: each cell keeps its id ranges apart.';
         END IF;
-    END IF;
-    IF p_side = 'target' THEN
         -- Coming back to a cell it left: that move's fence gives way to this one's.
         UPDATE outbox.organization_moves o SET fenced = false, updated_at = clock_timestamp()
          WHERE o.organization = p_organization AND o.side = 'source' AND o.state = 'complete';
