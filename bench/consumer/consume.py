@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""bench/consumer/run.sh's consumer: consumer/outbox_consumer.py, claiming ahead, with a no-op
-handler (mode noop) or one that measures commit-to-handler lag from the
+"""bench/consumer/run.sh's consumer: consumer/outbox_consumer.py, claiming three batches
+ahead, with a no-op handler (mode noop) or one that measures commit-to-handler lag from the
 payload's written_at (mode lag, printed as "p50 p99 max count" in ms on
 SIGTERM).  OUTBOX_DSN names the database."""
 import datetime
@@ -21,7 +21,7 @@ def lag(message):
 
 
 consumer = Consumer(os.environ["OUTBOX_DSN"], (lambda message: None) if mode == "noop" else lag,
-                    batch=1000, poll=60, claim_ahead=True)
+                    batch=1000, poll=60, claim_ahead=3)
 consumer.run()
 if mode == "lag":
     lags.sort()

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Consumer benchmark: messages per second through the Python consumer of
-# consumer/outbox_consumer.py (claims of 1,000 made ahead, a no-op handler, its own
+# consumer/outbox_consumer.py (claims of 1,000, three made ahead, a no-op handler, its own
 # process over a Unix socket) and through the background worker with a
 # no-op PL/pgSQL handler, side by side on the same fills:
 #   A. 1,000 shards x 100 rows, 10 objects per shard (10,000 messages);
@@ -171,7 +171,7 @@ echo
 echo "$(date -u '+%Y-%m-%d %H:%M UTC') | $(nproc) cores | $(free -g | awk '/Mem:/ {print $2}') GiB | $(q -c 'SELECT version()' | cut -d' ' -f1-2) | \`bash bench/consumer/run.sh\` RUNS=$RUNS"
 echo
 echo "Medians of $RUNS runs, all in one run of the script.  The worker calls a no-op PL/pgSQL handler"
-echo "inside the database; the Python consumer (consumer/outbox_consumer.py, psycopg2, claims of 1,000 made ahead,"
+echo "inside the database; the Python consumer (consumer/outbox_consumer.py, psycopg2, outbox.claim_json, claims of 1,000, three made ahead,"
 echo "a no-op handler) runs in its own process over a Unix socket, timed from its NOTIFY wake-up."
 echo
 echo "| workload | worker, messages/s | Python consumer, messages/s | consumer / worker |"

@@ -13,6 +13,14 @@ CREATE OR REPLACE FUNCTION outbox.claim(max_messages int, lease interval,
     RETURNS SETOF outbox.claimed_message
     LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_claim';
 
+-- The same claim, its messages as one JSON array, each message an array of
+-- outbox.claimed_message's columns in their order (lease_until in ISO 8601,
+-- as to_json writes it): one value to parse instead of 13 columns a row.
+CREATE OR REPLACE FUNCTION outbox.claim_json(max_messages int, lease interval,
+    categories text[] DEFAULT NULL, silo text DEFAULT NULL, cell_name text DEFAULT NULL)
+    RETURNS json
+    LANGUAGE c AS 'MODULE_PATHNAME', 'outbox_claim_json';
+
 -- Delivers the first through[i] messages of claims[i] (NULL: all of them)
 -- and ends the claims; returns the messages delivered.  All or nothing: a
 -- claim that is not held, or whose lease has passed, is an ERROR.

@@ -34,7 +34,7 @@ GRANT EXECUTE ON FUNCTION
 GRANT EXECUTE ON FUNCTION outbox.organization_cell(bigint) TO PUBLIC;
 -- Consumers: checked in C against CONSUME grants (64_consumers.sql).
 GRANT EXECUTE ON FUNCTION outbox.claim(int, interval, text[], text, text),
-    outbox.complete(bigint[], int[]), outbox.fail(bigint, int, text) TO PUBLIC;
+    outbox.claim_json(int, interval, text[], text, text), outbox.complete(bigint[], int[]), outbox.fail(bigint, int, text) TO PUBLIC;
 
 -- pg_monitor reads; it cannot reset, drain, open gates or change anything.
 GRANT USAGE ON SCHEMA outbox TO pg_monitor;

@@ -15,6 +15,9 @@ extern "C" {
 #include "funcapi.h"
 #include "utils/array.h"
 #include "utils/builtins.h"
+#include "utils/datetime.h"
+#include "utils/json.h"
+#include "utils/jsonb.h"
 #include "utils/lsyscache.h"
 #include "utils/syscache.h"
 #include "utils/timestamp.h"
@@ -199,11 +202,77 @@ bool recorded(const int64 *token, const int64 *taken, uint64 ntaken) {
     return bsearch(token, taken, ntaken, sizeof(int64), pg::compare_int64) != nullptr;
 }
 
-// Writes the messages of the recorded leases to the result; returns how
-// many.
+void append_int(StringInfo json, int64 value) {
+    char digits[MAXINT8LEN + 1];
+    appendBinaryStringInfo(json, digits, pg_lltoa(value, digits));
+}
+
+// One message as a JSON array of outbox.claimed_message's columns, in its
+// order (outbox.claim_json); quoted: the call's categories (by index in
+// categories) and its lease end, the same for every message.
+void append_json_message(StringInfo json, const Datum *values, const bool *nulls,
+                         const char *const *quoted_categories, int category,
+                         const char *quoted_lease) {
+    if (json->len > 1)
+        appendStringInfoChar(json, ',');
+    appendStringInfoChar(json, '[');
+    append_int(json, DatumGetInt64(values[0]));
+    appendStringInfoChar(json, ',');
+    append_int(json, DatumGetInt32(values[1]));
+    appendStringInfoChar(json, ',');
+    escape_json(json, TextDatumGetCString(values[2]));
+    appendStringInfoChar(json, ',');
+    append_int(json, DatumGetInt32(values[3]));
+    appendStringInfoChar(json, ',');
+    append_int(json, DatumGetInt64(values[4]));
+    appendStringInfoChar(json, ',');
+    if (nulls[5])
+        appendStringInfoString(json, "null");
+    else
+        escape_json(json, TextDatumGetCString(values[5]));
+    appendStringInfoChar(json, ',');
+    appendStringInfoString(json, quoted_categories[category]);
+    appendStringInfoChar(json, ',');
+    append_int(json, DatumGetInt64(values[7]));
+    appendStringInfoChar(json, ',');
+    if (nulls[8]) {
+        appendStringInfoString(json, "null");
+    } else {
+        Jsonb *payload = DatumGetJsonbP(values[8]);
+        (void)JsonbToCString(json, &payload->root, VARSIZE(payload));
+    }
+    for (int c = 9; c <= 10; c++) {
+        appendStringInfoChar(json, ',');
+        append_int(json, DatumGetInt64(values[c]));
+    }
+    appendStringInfoChar(json, ',');
+    append_int(json, DatumGetInt32(values[11]));
+    appendStringInfoChar(json, ',');
+    appendStringInfoString(json, quoted_lease);
+    appendStringInfoChar(json, ']');
+}
+
+// Writes the messages of the recorded leases to out; returns how many.
 int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const SegmentLeases *s,
                    const int64 *taken, uint64 ntaken, const Categories *categories,
-                   TimestampTz lease_until, Tuplestorestate *result, TupleDesc result_desc) {
+                   TimestampTz lease_until, const ClaimOutput *out) {
+    char **quoted_categories = nullptr;
+    const char *quoted_lease = nullptr;
+    if (out->json != nullptr) {
+        quoted_categories = (char **)palloc(sizeof(char *) * Max(categories->n, 1));
+        for (int c = 0; c < categories->n; c++) {
+            StringInfoData quoted;
+            initStringInfo(&quoted);
+            escape_json(&quoted, categories->names[c]);
+            quoted_categories[c] = quoted.data;
+        }
+        char iso[MAXDATELEN + 1];
+        StringInfoData quoted;
+        initStringInfo(&quoted);
+        escape_json(&quoted, JsonEncodeDateTime(iso, TimestampTzGetDatum(lease_until),
+                                                TIMESTAMPTZOID, nullptr));
+        quoted_lease = quoted.data;
+    }
     int written = 0;
     for (int m = 0; m < leased->nmessages; m++) {
         const LeasedMessage *message = &leased->messages[m];
@@ -213,6 +282,12 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
         const ShardKey *shard = &batch->segments[seg].shard;
         int first_row = m + 1 == s->message_first[seg] ? s->row_first[seg] - 1
                                                        : leased->messages[m - 1].row_end;
+        int category = 0;
+        while (category < categories->n && categories->ids[category] != message->category)
+            category++;
+        if (category == categories->n)
+            elog(ERROR, "pg_outbox: a claimed message's category %d is not the call's",
+                 message->category);
         Datum values[13];
         bool nulls[13] = {false};
         values[0] = Int64GetDatum(s->tokens[seg]);
@@ -222,8 +297,7 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
         values[4] = Int64GetDatum(shard->shard_identifier);
         values[5] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
         nulls[5] = shard->cell_name == nullptr;
-        values[6] = CStringGetTextDatum(
-            name_of(message->category, categories->n, categories->ids, categories->names));
+        values[6] = CStringGetTextDatum(categories->names[category]);
         values[7] = Int64GetDatum(message->object_identifier);
         values[8] = message->payload;
         nulls[8] = message->payload == (Datum)0;
@@ -231,7 +305,11 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
         values[10] = Int64GetDatum(message->last_id);
         values[11] = Int32GetDatum(message->row_end - first_row);
         values[12] = TimestampTzGetDatum(lease_until);
-        tuplestore_putvalues(result, result_desc, values, nulls);
+        if (out->json != nullptr)
+            append_json_message(out->json, values, nulls, quoted_categories, category,
+                                quoted_lease);
+        else
+            tuplestore_putvalues(out->rows, out->desc, values, nulls);
         written++;
     }
     return written;
@@ -241,7 +319,7 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
 
 int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Categories *categories,
                   Oid role, TimestampTz claimed_at, TimestampTz lease_until,
-                  const TimestampTz *turn_before, Tuplestorestate *result, TupleDesc result_desc) {
+                  const TimestampTz *turn_before, const ClaimOutput *out) {
     if (leased->nmessages == 0)
         return 0;
     SegmentLeases s = segment_leases(batch, leased);
@@ -252,8 +330,7 @@ int record_leases(const DrainBatch *batch, const LeasedBatch *leased, const Cate
     for (int seg = 0; seg < batch->nsegments; seg++)
         if (s.message_first[seg] != 0 && recorded(&s.tokens[seg], taken, ntaken))
             turns_claimed(&batch->segments[seg].shard, role, lease_until);
-    return write_messages(batch, leased, &s, taken, ntaken, categories, lease_until, result,
-                          result_desc);
+    return write_messages(batch, leased, &s, taken, ntaken, categories, lease_until, out);
 }
 
 int64 lease_usecs_argument(FunctionCallInfo fcinfo, int n) {

@@ -7,7 +7,7 @@ RECORD_OBJECTS, it records the deliveries of those objects only (a consumer
 at full speed: a recorded delivery costs a round trip).
 Configured by the environment: NAME, OUTBOX_DSN, RECORD_DSN, CATEGORIES
 (comma-separated), BATCH, LEASE, POLL, DELAY, FAIL_OBJECTS, FAIL_AFTER,
-RECORD_OBJECTS, CLAIM_AHEAD (1: claim_ahead)."""
+RECORD_OBJECTS, CLAIM_AHEAD (claim_ahead: the batches claimed ahead)."""
 import os
 import sys
 import time
@@ -46,4 +46,4 @@ def handle(message):
 categories = [c for c in env("CATEGORIES", "").split(",") if c]
 Consumer(env("OUTBOX_DSN", ""), handle, categories, batch=int(env("BATCH", "1000")),
          lease=env("LEASE", "30 seconds"), poll=float(env("POLL", "5")),
-         claim_ahead=env("CLAIM_AHEAD", "0") == "1").run()
+         claim_ahead=int(env("CLAIM_AHEAD", "0"))).run()

@@ -97,25 +97,32 @@ q -c "SELECT outbox.unregister_handler('org_update')" >/dev/null
 
 # A consumer claiming ahead (batches of 5, 0.2 s a message), stopped with
 # SIGTERM in the middle: it completes what it handled and gives back the
-# rest of its batch and the batch it claimed ahead, whose lease would
-# otherwise hold those shards for 30 s.
-q -c "INSERT INTO orgs (id, seq) SELECT g, 1 FROM generate_series(2001, 2020) g" >/dev/null
-consumer ahead DELAY=0.2 BATCH=5 CLAIM_AHEAD=1
-ahead=$!
-check "the consumer claiming ahead starts on its batch" wait_for 30 \
-    "SELECT count(*) >= 2 FROM delivered WHERE object BETWEEN 2001 AND 2020" t
-check "it holds two batches: the one in hand and the one claimed ahead" wait_for 10 \
-    "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()" 10
-kill -TERM $ahead
-wait $ahead 2>/dev/null
-check "stopped, it holds no shard: both batches given back" \
-    [ "$(q -c "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()")" = 0 ]
-check "what it handled is delivered, the rest waits in the outbox" \
-    [ "$(q -c "SELECT (SELECT count(*) FROM delivered WHERE object BETWEEN 2001 AND 2020)
-                      + (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020)")" = 20 ]
-check "and it stopped cleanly" [ "$(cat "$logs/ahead.err")" = "" ]
-pids=()
-q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020" >/dev/null
+# rest of its batch and the batches it claimed ahead, whose leases would
+# otherwise hold those shards for 30 s.  One ahead, then three: the claims
+# go on one after the other while the batch in hand is handled, until
+# three wait.
+for n in 1 3; do
+    q -c "INSERT INTO orgs (id, seq) SELECT g, $n FROM generate_series(2001, 2020) g
+          ON CONFLICT (id) DO UPDATE SET seq = excluded.seq" >/dev/null
+    consumer ahead$n DELAY=0.2 BATCH=5 CLAIM_AHEAD=$n
+    ahead=$!
+    check "the consumer claiming $n ahead starts on its batch" wait_for 30 \
+        "SELECT count(*) >= 1 FROM delivered WHERE object BETWEEN 2001 AND 2020" t
+    check "it holds $((n + 1)) batches: the one in hand and $n claimed ahead" wait_for 10 \
+        "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()" \
+        $((5 * (n + 1)))
+    kill -TERM $ahead
+    wait $ahead 2>/dev/null
+    check "stopped, it holds no shard: all $((n + 1)) batches given back" \
+        [ "$(q -c "SELECT count(*) FROM outbox.consumer_claims WHERE NOT released AND lease_until > now()")" = 0 ]
+    check "what it handled is delivered, the rest waits in the outbox" \
+        [ "$(q -c "SELECT (SELECT count(*) FROM delivered WHERE object BETWEEN 2001 AND 2020)
+                          + (SELECT count(*) FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020)")" = 20 ]
+    check "and it stopped cleanly" [ "$(cat "$logs/ahead$n.err")" = "" ]
+    pids=()
+    q -c "DELETE FROM outbox.cell_outbox WHERE shard_identifier BETWEEN 2001 AND 2020" >/dev/null
+    q -c "DELETE FROM delivered WHERE object BETWEEN 2001 AND 2020" >/dev/null
+done
 
 # 2. A consumer killed with SIGKILL in the middle of a batch of 20
 # messages (0.3 s each, lease 3 s): its shards stay held until the lease

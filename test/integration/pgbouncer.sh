@@ -215,7 +215,7 @@ wait_log() { # SECONDS COMMAND...: until COMMAND succeeds
     done
     return 1
 }
-check "the poller claims" wait_log 10 grep -q "poller: LOG:  statement: SELECT claim" "$server_log"
+check "the poller claims" wait_log 10 grep -q "poller: LOG:  statement: SELECT outbox.claim_json" "$server_log"
 latencies=() slowest=0 poller_started=$SECONDS
 for i in 1 2 3; do
     sleep $((i * 2 - 2)).5
@@ -229,7 +229,7 @@ for i in 1 2 3; do
     latencies+=("$ms ms")
     ((ms > slowest)) && slowest=$ms
 done
-poller_claims=$(grep -c "poller: LOG:  statement: SELECT claim" "$server_log")
+poller_claims=$(grep -c "poller: LOG:  statement: SELECT outbox.claim_json" "$server_log")
 # Once every poll while idle, and once more after each delivery.
 most_claims=$(((SECONDS - poller_started) / 5 + 2 + 2 * 3))
 check "each change written while it idled is delivered within 5 s + 1 s: ${latencies[*]}" \
@@ -237,7 +237,7 @@ check "each change written while it idled is delivered within 5 s + 1 s: ${laten
 check "it claimed at the pace of its poll: $poller_claims claims in $((SECONDS - poller_started)) s" \
     [ "$poller_claims" -le "$most_claims" ]
 check "it never sent LISTEN" [ "$(grep -c "poller: LOG:  statement: LISTEN" "$server_log")" = 0 ]
-poller_backends=$(grep "poller: LOG:  statement: SELECT claim" "$server_log" |
+poller_backends=$(grep "poller: LOG:  statement: SELECT outbox.claim_json" "$server_log" |
     sed -E 's/.*\[([0-9]+)\].*/\1/' | sort -u | wc -l)
 check "its claims ran on $poller_backends server backends" [ "$poller_backends" -ge 2 ]
 kill -TERM $poller
@@ -262,8 +262,8 @@ consumer direct "$(direct_dsn direct direct)" CATEGORIES=org_direct DELAY=0.005 
 # is still starting (Python's imports take seconds on a loaded machine) would
 # find the other had taken every change (CI on PostgreSQL 17 saw that once).
 for _ in $(seq 1 300); do
-    grep -q "one: LOG:  statement: SELECT claim" "$server_log" &&
-        grep -q "two: LOG:  statement: SELECT claim" "$server_log" && break
+    grep -q "one: LOG:  statement: SELECT outbox.claim_json" "$server_log" &&
+        grep -q "two: LOG:  statement: SELECT outbox.claim_json" "$server_log" && break
     sleep 0.1
 done
 for seq in $(seq 1 15); do
@@ -363,6 +363,14 @@ pids=()
 # seen by other clients' transactions there (and not by its own on other
 # connections); SET LOCAL ends with its transaction.
 setting="SELECT current_setting('outbox.metrics_top_shards')"
+# Three server connections open first: min_pool_size opens them in
+# PgBouncer's own time, and with one open all six clients saw the SET.
+sleepers=()
+for _ in 1 2 3; do
+    b -c "SELECT pg_sleep(0.5)" >/dev/null &
+    sleepers+=($!)
+done
+wait "${sleepers[@]}"
 b -c "SET outbox.metrics_top_shards = 7" >/dev/null
 seen=$(for _ in 1 2 3 4 5 6; do b -c "$setting"; done)
 check "a client's SET shows up in $(grep -c '^7$' <<<"$seen") of 6 other clients' transactions, not all" \
