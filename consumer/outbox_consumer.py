@@ -136,27 +136,25 @@ class Consumer:
 
     def deliver(self, rows):
         """Handles and completes a claimed batch; gives it back when stopping."""
-        leases = {}  # the lease end, the same for the whole claim, parsed once
         handled = {}  # claim -> messages handled, in claim order
         failed = set()
+        # One lease end a call of claim_json, parsed once.
+        lease = datetime.datetime.fromisoformat(rows[0][LEASE_UNTIL]) if rows else None
         every = max(1, len(rows) // 10)  # claims ahead taken and sent ten times a batch
+        handle, pump = self.handle, self.pump
         for n, row in enumerate(rows, 1):
             if n % every == 0:
-                self.pump()
+                pump()
+            row[LEASE_UNTIL] = lease
             message = dict(zip(COLUMNS, row))
-            lease = leases.get(row[LEASE_UNTIL])
-            if lease is None:
-                lease = leases[row[LEASE_UNTIL]] = datetime.datetime.fromisoformat(
-                    row[LEASE_UNTIL])
-            message["lease_until"] = lease
-            claim = message["claim"]
+            claim = row[0]
             if claim in failed:
                 continue  # the rest of a failed shard waits; fail() ended its claim
             handled.setdefault(claim, 0)
             if self.stopping:
                 continue  # given back
             try:
-                self.handle(message)
+                handle(message)
             except Exception as error:  # the shard backs off, as after a handler's error
                 failed.add(claim)
                 del handled[claim]
