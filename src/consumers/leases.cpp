@@ -213,7 +213,7 @@ void append_int(StringInfo json, int64 value) {
 void append_json_message(StringInfo json, const Datum *values, const bool *nulls,
                          const char *const *quoted_categories, int category,
                          const char *quoted_lease) {
-    if (json->len > 1)
+    if (json->data[json->len - 1] != '[')
         appendStringInfoChar(json, ',');
     appendStringInfoChar(json, '[');
     append_int(json, DatumGetInt64(values[0]));
