@@ -61,22 +61,46 @@ SELECT pg_temp.err('SELECT outbox.claim_json(0, ''1 minute'')');
 SELECT pg_temp.err('SELECT outbox.claim_json(10, ''25 hours'')');
 SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'', ''{nope}'')');
 SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'', NULL, ''moon'')');
--- Roles: CONSUME, as for outbox.claim().  A pg_monitor member and a role
--- without the grant are refused; the consumer role claims its category.
+-- Roles: CONSUME, as for outbox.claim().  An application role with DML
+-- on a registered table, the table's owner, a pg_monitor member and a link
+-- role (granted what a peer's link role is) hold none and are refused; the
+-- consumer role claims its category only.
 CREATE ROLE claim_json_consumer;
+CREATE ROLE claim_json_app;
+CREATE ROLE claim_json_owner;
 CREATE ROLE claim_json_monitor IN ROLE pg_monitor;
+CREATE ROLE claim_json_link;
+GRANT EXECUTE ON FUNCTION outbox.receive, outbox.received TO claim_json_link;
+CREATE TABLE claim_json_org (id bigint PRIMARY KEY);
+SELECT outbox.register_table('claim_json_org', 'user_update', 'cell', shard_column => 'id');
+ALTER TABLE claim_json_org OWNER TO claim_json_owner;
+GRANT INSERT, UPDATE, DELETE ON claim_json_org TO claim_json_app;
 SELECT outbox.grant_category('user_update', 'claim_json_consumer', 'CONSUME');
+SET ROLE claim_json_app;
+INSERT INTO claim_json_org VALUES (9);
+SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'')');
+RESET ROLE;
+SET ROLE claim_json_owner;
+SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'', ''{user_update}'')');
+RESET ROLE;
 SET ROLE claim_json_monitor;
+SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'')');
+RESET ROLE;
+SET ROLE claim_json_link;
 SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'')');
 RESET ROLE;
 SET ROLE claim_json_consumer;
 SELECT pg_temp.err('SELECT outbox.claim_json(10, ''1 minute'', ''{org_update}'')');
 SELECT e->>6 AS category, e->>7 AS object_identifier
-  FROM json_array_elements(outbox.claim_json(10, '1 minute')) e;
+  FROM json_array_elements(outbox.claim_json(10, '1 minute')) e ORDER BY 2;
 RESET ROLE;
 DELETE FROM outbox.consumer_claims;
 DELETE FROM outbox.cell_outbox;
 SELECT outbox.revoke_category('user_update', 'claim_json_consumer', 'CONSUME');
-DROP ROLE claim_json_consumer, claim_json_monitor;
+SELECT outbox.unregister_table('claim_json_org');
+DROP TABLE claim_json_org;
+REVOKE EXECUTE ON FUNCTION outbox.receive, outbox.received FROM claim_json_link;
+DROP ROLE claim_json_consumer, claim_json_app, claim_json_owner, claim_json_monitor,
+          claim_json_link;
 -- Its deliveries leave outbox.stats as the next test expects it.
 SELECT outbox.stats_reset();
