@@ -208,10 +208,11 @@ void append_int(StringInfo json, int64 value) {
 }
 
 // One message as a JSON array of outbox.claimed_message's columns, in its
-// order (outbox.claim_json); quoted: the call's categories (by index in
+// order (outbox.claim_json): the numbers and the payload of values, the
+// silo and cell of shard; quoted: the call's categories (by index in
 // categories) and its lease end, the same for every message.
 void append_json_message(StringInfo json, const Datum *values, const bool *nulls,
-                         const char *const *quoted_categories, int category,
+                         const ShardKey *shard, const char *const *quoted_categories, int category,
                          const char *quoted_lease) {
     if (json->data[json->len - 1] != '[')
         appendStringInfoChar(json, ',');
@@ -220,16 +221,16 @@ void append_json_message(StringInfo json, const Datum *values, const bool *nulls
     appendStringInfoChar(json, ',');
     append_int(json, DatumGetInt32(values[1]));
     appendStringInfoChar(json, ',');
-    escape_json(json, TextDatumGetCString(values[2]));
+    escape_json(json, silo_text(shard->silo));
     appendStringInfoChar(json, ',');
     append_int(json, DatumGetInt32(values[3]));
     appendStringInfoChar(json, ',');
     append_int(json, DatumGetInt64(values[4]));
     appendStringInfoChar(json, ',');
-    if (nulls[5])
+    if (shard->cell_name == nullptr)
         appendStringInfoString(json, "null");
     else
-        escape_json(json, TextDatumGetCString(values[5]));
+        escape_json(json, shard->cell_name);
     appendStringInfoChar(json, ',');
     appendStringInfoString(json, quoted_categories[category]);
     appendStringInfoChar(json, ',');
@@ -292,12 +293,9 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
         bool nulls[13] = {false};
         values[0] = Int64GetDatum(s->tokens[seg]);
         values[1] = Int32GetDatum(m + 2 - s->message_first[seg]);
-        values[2] = CStringGetTextDatum(silo_text(shard->silo));
         values[3] = Int32GetDatum(shard->shard_scope);
         values[4] = Int64GetDatum(shard->shard_identifier);
-        values[5] = shard->cell_name ? CStringGetTextDatum(shard->cell_name) : (Datum)0;
         nulls[5] = shard->cell_name == nullptr;
-        values[6] = CStringGetTextDatum(categories->names[category]);
         values[7] = Int64GetDatum(message->object_identifier);
         values[8] = message->payload;
         nulls[8] = message->payload == (Datum)0;
@@ -305,11 +303,17 @@ int write_messages(const DrainBatch *batch, const LeasedBatch *leased, const Seg
         values[10] = Int64GetDatum(message->last_id);
         values[11] = Int32GetDatum(message->row_end - first_row);
         values[12] = TimestampTzGetDatum(lease_until);
-        if (out->json != nullptr)
-            append_json_message(out->json, values, nulls, quoted_categories, category,
+        if (out->json != nullptr) {
+            append_json_message(out->json, values, nulls, shard, quoted_categories, category,
                                 quoted_lease);
-        else
+        } else {
+            // The text columns as datums for the rows only: the JSON writes
+            // the strings themselves.
+            values[2] = CStringGetTextDatum(silo_text(shard->silo));
+            values[5] = nulls[5] ? (Datum)0 : CStringGetTextDatum(shard->cell_name);
+            values[6] = CStringGetTextDatum(categories->names[category]);
             tuplestore_putvalues(out->rows, out->desc, values, nulls);
+        }
         written++;
     }
     return written;
