@@ -137,31 +137,39 @@ class Consumer:
     def deliver(self, rows):
         """Handles and completes a claimed batch; gives it back when stopping."""
         handled = {}  # claim -> messages handled, in claim order
-        failed = set()
+        failed = None  # the claim of a failed message: the rest of its shard waits
         # One lease end a call of claim_json, parsed once.
         lease = datetime.datetime.fromisoformat(rows[0][LEASE_UNTIL]) if rows else None
         every = max(1, len(rows) // 10)  # claims ahead taken and sent ten times a batch
-        handle, pump = self.handle, self.pump
-        for n, row in enumerate(rows, 1):
-            if n % every == 0:
-                pump()
-            row[LEASE_UNTIL] = lease
-            message = dict(zip(COLUMNS, row))
-            claim = row[0]
-            if claim in failed:
-                continue  # the rest of a failed shard waits; fail() ended its claim
-            handled.setdefault(claim, 0)
-            if self.stopping:
-                continue  # given back
-            try:
-                handle(message)
-            except Exception as error:  # the shard backs off, as after a handler's error
-                failed.add(claim)
-                del handled[claim]
-                self.call_refusable("failure", "SELECT outbox.fail(%s, %s, %s)",
-                                    (claim, message["message_number"], repr(error)[:1000]))
-                continue
-            handled[claim] = message["message_number"]
+        handle = self.handle
+        for start in range(0, len(rows), every):
+            self.pump()
+            # Unpacked and written as a dict display: half the time of
+            # dict(zip(COLUMNS, row)), a tenth of this process's work a
+            # message (bench/consumer).
+            for (claim, number, silo, scope, identifier, cell, category, object_identifier,
+                 payload, first_id, last_id, coalesced, _) in rows[start:start + every]:
+                if claim == failed:
+                    continue  # fail() ended its claim
+                if claim not in handled:
+                    handled[claim] = 0  # a claim's messages come together
+                if self.stopping:
+                    continue  # given back
+                message = {"claim": claim, "message_number": number, "silo": silo,
+                           "shard_scope": scope, "shard_identifier": identifier,
+                           "cell_name": cell, "category": category,
+                           "object_identifier": object_identifier, "payload": payload,
+                           "first_id": first_id, "last_id": last_id, "coalesced": coalesced,
+                           "lease_until": lease}
+                try:
+                    handle(message)
+                except Exception as error:  # the shard backs off, as after a handler's error
+                    failed = claim
+                    del handled[claim]
+                    self.call_refusable("failure", "SELECT outbox.fail(%s, %s, %s)",
+                                        (claim, number, repr(error)[:1000]))
+                    continue
+                handled[claim] = number
         if handled:
             self.call_refusable("completion", "SELECT outbox.complete(%s, %s)",
                                 (list(handled), list(handled.values())))
