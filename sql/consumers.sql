@@ -26,14 +26,16 @@ END $$;
 -- What a consumer sees, without the tokens.
 CREATE TABLE got AS SELECT * FROM outbox.claim(1, '1 second') LIMIT 0;
 -- The claims held, or whose lease passed (complete() and fail() release
--- theirs: released rows only keep the shards' turns, "ended" below).
+-- theirs: released rows only keep the shards' turns, "ended" below).  The
+-- rows and messages a lease holds are its handed_out's first two bytes
+-- (src/consumers/handed_out.hpp: varints, a byte each below 128).
 CREATE VIEW claims AS
 SELECT silo, shard_scope, shard_identifier, cell_name, lease_until > now() AS live,
-       message_ends, message_category, message_object
+       get_byte(handed_out, 0) AS rows_held, get_byte(handed_out, 1) AS messages_held
   FROM outbox.consumer_claims WHERE NOT released ORDER BY silo, shard_identifier, cell_name;
 CREATE VIEW ended AS
 SELECT silo, shard_scope, shard_identifier, cell_name, lease_until <= now() AS ended,
-       cardinality(rows_id) AS rows_kept
+       length(handed_out) AS bytes_kept
   FROM outbox.consumer_claims WHERE released ORDER BY silo, shard_identifier, cell_name;
 CREATE VIEW outbox_rows AS
 SELECT shard_identifier, category, object_identifier, payload->>'name' AS name,
@@ -281,6 +283,23 @@ RESET ROLE;
 SELECT object_identifier FROM outbox.claim(10, '1 minute');
 ALTER TABLE org OWNER TO CURRENT_USER;
 REVOKE ALL ON org FROM consumer_app;
+-- A lease whose handed_out is not one (written by hand) is an ERROR naming
+-- the claim, with nothing delivered and the claim still held; never a
+-- crash, never rows deleted by a guess.
+INSERT INTO outbox.cell_outbox (shard_scope, shard_identifier, category, object_identifier, payload)
+VALUES (0, 7, 1, 70, NULL), (0, 7, 1, 71, NULL);
+TRUNCATE got;
+INSERT INTO got SELECT * FROM outbox.claim(10, '1 minute', '{user_update}');
+SELECT count(*) AS messages FROM got;
+UPDATE outbox.consumer_claims SET handed_out = substr(handed_out, 1, length(handed_out) - 1)
+ WHERE claim IN (SELECT claim FROM got);
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
+UPDATE outbox.consumer_claims SET handed_out = '\x02010000' WHERE claim IN (SELECT claim FROM got);
+SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
+SELECT count(*) AS rows_left FROM outbox.cell_outbox WHERE shard_identifier = 7;
+SELECT count(*) AS held FROM outbox.consumer_claims WHERE claim IN (SELECT claim FROM got)
+   AND NOT released AND lease_until > now();
+
 DROP TABLE got, again, org, seen;
 DROP VIEW claims, outbox_rows;
 DROP FUNCTION h(outbox.message);

@@ -8,11 +8,13 @@
 -- ahead, nobody else drains the shard; once it has passed, the shard is due
 -- again (a later claim replaces the row), and the token no longer completes
 -- anything.  The same consumer claims the shard again only once the others
--- have had it (docs/consumers.md, "Turns").  The claimed rows are kept message by message: rows_ctid and
--- rows_id in message order, message k's rows ending at message_ends[k], so
--- that completing k messages deletes exactly the rows that were handed out,
--- never a row committed after the claim.  Not dumped: a lease means nothing
--- in a restored database.
+-- have had it (docs/consumers.md, "Turns").  handed_out keeps the claimed
+-- rows message by message (where the claim found them, and their ids) and
+-- each message's category, object and oldest row's time, encoded in one
+-- bytea (src/consumers/handed_out.hpp), so that completing k messages
+-- deletes exactly the rows that were handed out, never a row committed
+-- after the claim.  Not dumped: a lease means nothing in a restored
+-- database.
 CREATE SEQUENCE outbox.consumer_claims_claim_seq;
 CREATE TABLE outbox.consumer_claims (
     claim            bigint        PRIMARY KEY,
@@ -24,23 +26,15 @@ CREATE TABLE outbox.consumer_claims (
     claimed_at       timestamptz   NOT NULL,
     lease_until      timestamptz   NOT NULL,
     categories       int[]         NOT NULL,
-    rows_ctid        tid[]         NOT NULL,
-    rows_id          bigint[]      NOT NULL,
-    message_ends     int[]         NOT NULL,
-    message_category int[]         NOT NULL,
-    message_object   bigint[]      NOT NULL,
-    message_added    timestamptz[] NOT NULL,
+    handed_out       bytea         NOT NULL,
     released         boolean       NOT NULL DEFAULT false,
     UNIQUE (silo, shard_scope, shard_identifier, cell_name)
 );
--- Uncompressed (ids and ctids hardly compress, and pglz on every claim's
--- arrays cost it more than the toast rows did), and in line up to a page:
--- the lease of a shard of 200 one-row messages (bench/consumer) then
--- needs no toast rows at all.
-ALTER TABLE outbox.consumer_claims ALTER rows_ctid SET STORAGE EXTERNAL,
-    ALTER rows_id SET STORAGE EXTERNAL, ALTER message_ends SET STORAGE EXTERNAL,
-    ALTER message_category SET STORAGE EXTERNAL, ALTER message_object SET STORAGE EXTERNAL,
-    ALTER message_added SET STORAGE EXTERNAL, SET (toast_tuple_target = 8160);
+-- Uncompressed (varints hardly compress, and pglz on every claim's leases
+-- cost it more than the toast rows did), and in line up to a page: a lease
+-- of a few thousand one-row messages needs no toast rows at all.
+ALTER TABLE outbox.consumer_claims ALTER handed_out SET STORAGE EXTERNAL,
+    SET (toast_tuple_target = 8160);
 
 -- What outbox.claim() returns: one coalesced message of a claimed shard.
 CREATE TYPE outbox.claimed_message AS (

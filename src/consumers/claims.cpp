@@ -2,6 +2,7 @@
 // unwind through it.
 #include "consumers/claims.hpp"
 
+#include "consumers/handed_out.hpp"
 #include "consumers/turns.hpp"
 #include "delivery/tombstones.hpp"
 #include "pg/ids.hpp"
@@ -26,35 +27,45 @@ void spi_array(HeapTuple tuple, TupleDesc desc, int column, Oid element, int siz
     deconstruct_array(DatumGetArrayTypeP(value), element, size, byval, align, items, nullptr, n);
 }
 
-// A taken claim's rows and messages, from the row DELETE RETURNING gave.
-void read_claim_rows(HeapTuple tuple, TupleDesc desc, Claim *claim) {
-    Datum *items;
-    int count;
-    spi_array(tuple, desc, 8, TIDOID, sizeof(ItemPointerData), false, TYPALIGN_SHORT, &items,
-              &claim->nrows);
-    claim->ctids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(claim->nrows, 1));
-    for (int k = 0; k < claim->nrows; k++)
-        claim->ctids[k] = *(ItemPointer)DatumGetPointer(items[k]);
-    spi_array(tuple, desc, 9, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &count);
-    claim->ids = (int64 *)palloc(sizeof(int64) * Max(count, 1));
-    for (int k = 0; k < count; k++)
-        claim->ids[k] = DatumGetInt64(items[k]);
-    spi_array(tuple, desc, 10, INT4OID, 4, true, TYPALIGN_INT, &items, &claim->nmessages);
-    claim->ends = (int32 *)palloc(sizeof(int32) * Max(claim->nmessages, 1));
-    for (int k = 0; k < claim->nmessages; k++)
-        claim->ends[k] = DatumGetInt32(items[k]);
-    spi_array(tuple, desc, 11, INT4OID, 4, true, TYPALIGN_INT, &items, &count);
-    claim->message_categories = (int32 *)palloc(sizeof(int32) * Max(count, 1));
-    for (int k = 0; k < count; k++)
-        claim->message_categories[k] = DatumGetInt32(items[k]);
-    spi_array(tuple, desc, 12, INT8OID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &count);
-    claim->objects = (int64 *)palloc(sizeof(int64) * Max(count, 1));
-    for (int k = 0; k < count; k++)
-        claim->objects[k] = DatumGetInt64(items[k]);
-    spi_array(tuple, desc, 13, TIMESTAMPTZOID, 8, FLOAT8PASSBYVAL, TYPALIGN_DOUBLE, &items, &count);
-    claim->added = (TimestampTz *)palloc(sizeof(TimestampTz) * Max(count, 1));
-    for (int k = 0; k < count; k++)
-        claim->added[k] = DatumGetTimestampTz(items[k]);
+// A taken claim's rows and messages, from the handed_out DELETE RETURNING
+// gave (handed_out.hpp).
+void read_claim_rows(HeapTuple tuple, TupleDesc desc, int column, Claim *claim) {
+    bool isnull;
+    bytea *bytes = DatumGetByteaPP(SPI_getbinval(tuple, desc, column, &isnull));
+    auto *data = (const uint8_t *)VARDATA_ANY(bytes);
+    size_t length = VARSIZE_ANY_EXHDR(bytes), nrows, nmessages;
+    HandedOutRow *rows = nullptr;
+    HandedOutMessage *messages = nullptr;
+    bool valid = handed_out_counts(data, length, &nrows, &nmessages);
+    if (valid) {
+        rows = (HandedOutRow *)palloc(sizeof(HandedOutRow) * Max(nrows, 1));
+        messages = (HandedOutMessage *)palloc(sizeof(HandedOutMessage) * Max(nmessages, 1));
+        valid = decode_handed_out(data, length, rows, messages);
+    }
+    if (!valid)
+        ereport(ERROR, (errcode(ERRCODE_DATA_CORRUPTED),
+                        errmsg("the lease of claim " INT64_FORMAT " is corrupt", claim->token),
+                        errdetail("Its handed_out in outbox.consumer_claims is not a lease.")));
+    claim->nrows = int(nrows);
+    claim->ctids = (ItemPointerData *)palloc(sizeof(ItemPointerData) * Max(nrows, 1));
+    claim->ids = (int64 *)palloc(sizeof(int64) * Max(nrows, 1));
+    for (size_t r = 0; r < nrows; r++) {
+        ItemPointerSet(&claim->ctids[r], rows[r].block, rows[r].offset);
+        claim->ids[r] = rows[r].id;
+    }
+    claim->nmessages = int(nmessages);
+    claim->ends = (int32 *)palloc(sizeof(int32) * Max(nmessages, 1));
+    claim->message_categories = (int32 *)palloc(sizeof(int32) * Max(nmessages, 1));
+    claim->objects = (int64 *)palloc(sizeof(int64) * Max(nmessages, 1));
+    claim->added = (TimestampTz *)palloc(sizeof(TimestampTz) * Max(nmessages, 1));
+    int32 end = 0;
+    for (size_t m = 0; m < nmessages; m++) {
+        end += messages[m].nrows;
+        claim->ends[m] = end;
+        claim->message_categories[m] = messages[m].category;
+        claim->objects[m] = messages[m].object;
+        claim->added[m] = messages[m].added;
+    }
 }
 
 // The rows of ended claims kept, released, as their shards' turns
@@ -79,11 +90,10 @@ void keep_turns(const int64 *turn_claims, Datum *turn_silos, const int32 *turn_s
     (void)pg::spi_run_kept(
         &turn_plan, "keeping the shards' turns",
         "INSERT INTO outbox.consumer_claims (claim, silo, shard_scope, shard_identifier,"
-        " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
-        " message_ends, message_category, message_object, message_added, released)"
+        " cell_name, consumer, claimed_at, lease_until, categories, handed_out, released)"
         " SELECT k.claim, k.silo, k.scope, k.identifier, k.cell, k.consumer,"
-        " pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), '{}', '{}', '{}', '{}',"
-        " '{}', '{}', '{}', true FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+        " pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), '{}', '', true FROM ROWS "
+        "FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
         " pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
         " pg_catalog.unnest($6)) AS k (claim, silo, scope, identifier, cell, consumer)",
         6, turn_types, turn_args, nullptr, false, SPI_OK_INSERT);
@@ -126,8 +136,8 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
         &take_plan, "taking claims",
         "DELETE FROM outbox.consumer_claims WHERE claim = ANY ($1) AND NOT released"
         " RETURNING claim, silo, shard_scope, shard_identifier, cell_name,"
-        " lease_until <= pg_catalog.clock_timestamp(), lease_until, rows_ctid, rows_id,"
-        " message_ends, message_category, message_object, message_added, categories, consumer",
+        " lease_until <= pg_catalog.clock_timestamp(), lease_until, handed_out, categories,"
+        " consumer",
         1, types, args, nullptr, false, SPI_OK_DELETE_RETURNING);
     MemoryContextSwitchTo(caller);
     SPITupleTable *taken = SPI_tuptable;
@@ -175,7 +185,7 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
         // The worker's turn, unless it wants nothing there: the claim's
         // row stays as the shard's turn (turn_before), and the worker reads
         // its partition once this commits.
-        Oid claimer = DatumGetObjectId(SPI_getbinval(tuple, taken->tupdesc, 15, &isnull));
+        Oid claimer = DatumGetObjectId(SPI_getbinval(tuple, taken->tupdesc, 10, &isnull));
         if (turns_claim_ended(&claim->shard, claimer)) {
             turn_claims[nturns] = tokens[i];
             turn_silos[nturns] = CStringGetTextDatum(silo_text(claim->shard.silo));
@@ -185,10 +195,10 @@ Claim *take_claims(const int64 *tokens, int n, Oid role) {
             turn_roles[nturns] = claimer;
             nturns++;
         }
-        read_claim_rows(tuple, taken->tupdesc, claim);
+        read_claim_rows(tuple, taken->tupdesc, 8, claim);
         Datum *items;
         int count;
-        spi_array(tuple, taken->tupdesc, 14, INT4OID, 4, true, TYPALIGN_INT, &items, &count);
+        spi_array(tuple, taken->tupdesc, 9, INT4OID, 4, true, TYPALIGN_INT, &items, &count);
         categories = categories == nullptr
                          ? (int32 *)palloc(sizeof(int32) * Max(count, 1))
                          : (int32 *)repalloc(categories, sizeof(int32) * (ncategories + count));

@@ -2,6 +2,7 @@
 // errors unwind through it.
 #include "consumers/leases.hpp"
 
+#include "consumers/handed_out.hpp"
 #include "consumers/turns.hpp"
 #include "pg/ids.hpp"
 #include "pg/spi.hpp"
@@ -63,27 +64,28 @@ SegmentLeases segment_leases(const DrainBatch *batch, const LeasedBatch *leased)
 }
 
 // One segment's lease as a row of outbox.consumer_claims (desc): its rows
-// and messages in message order, message k's rows ending at
-// message_ends[k], counted from the segment's first row.
+// and messages in message order, encoded (handed_out.hpp).
 Datum lease_row(TupleDesc desc, const DrainBatch *batch, const LeasedBatch *leased,
                 const SegmentLeases *s, int seg, Oid role, TimestampTz claimed_at,
                 TimestampTz lease_until) {
     int first = s->message_first[seg] - 1, nmessages = s->message_count[seg];
     int first_row = s->row_first[seg] - 1;
     int nrows = leased->messages[first + nmessages - 1].row_end - first_row;
-    auto *ends = (int32 *)palloc(sizeof(int32) * nmessages);
-    auto *message_categories = (int32 *)palloc(sizeof(int32) * nmessages);
-    auto *objects = (int64 *)palloc(sizeof(int64) * nmessages);
-    auto *added = (Datum *)palloc(sizeof(Datum) * nmessages);
+    auto *rows = (HandedOutRow *)palloc(sizeof(HandedOutRow) * nrows);
+    for (int r = 0; r < nrows; r++) {
+        const ItemPointerData *ctid = &leased->ctids[first_row + r];
+        rows[r] = HandedOutRow{ItemPointerGetBlockNumberNoCheck(ctid),
+                               ItemPointerGetOffsetNumberNoCheck(ctid), leased->ids[first_row + r]};
+    }
+    auto *messages = (HandedOutMessage *)palloc(sizeof(HandedOutMessage) * nmessages);
     // The distinct categories, in order: a few.
     auto *categories = (int32 *)palloc(sizeof(int32) * nmessages);
-    int ncategories = 0;
+    int ncategories = 0, end = first_row;
     for (int k = 0; k < nmessages; k++) {
         const LeasedMessage *message = &leased->messages[first + k];
-        ends[k] = message->row_end - first_row;
-        message_categories[k] = message->category;
-        objects[k] = message->object_identifier;
-        added[k] = TimestampTzGetDatum(message->oldest_added);
+        messages[k] = HandedOutMessage{message->row_end - end, message->category,
+                                       message->object_identifier, message->oldest_added};
+        end = message->row_end;
         int c = 0;
         while (c < ncategories && categories[c] < message->category)
             c++;
@@ -93,8 +95,11 @@ Datum lease_row(TupleDesc desc, const DrainBatch *batch, const LeasedBatch *leas
             ncategories++;
         }
     }
+    auto *handed_out = (bytea *)palloc(VARHDRSZ + handed_out_max_bytes(nrows, nmessages));
+    SET_VARSIZE(handed_out, VARHDRSZ + encode_handed_out(rows, nrows, messages, nmessages,
+                                                         (uint8_t *)VARDATA(handed_out)));
     const ShardKey *shard = &batch->segments[seg].shard;
-    Datum values[16] = {Int64GetDatum(s->tokens[seg]),
+    Datum values[11] = {Int64GetDatum(s->tokens[seg]),
                         CStringGetTextDatum(silo_text(shard->silo)),
                         Int32GetDatum(shard->shard_scope),
                         Int64GetDatum(shard->shard_identifier),
@@ -103,15 +108,9 @@ Datum lease_row(TupleDesc desc, const DrainBatch *batch, const LeasedBatch *leas
                         TimestampTzGetDatum(claimed_at),
                         TimestampTzGetDatum(lease_until),
                         pg::int4_array(categories, ncategories),
-                        pg::tid_array(&leased->ctids[first_row], nrows),
-                        pg::int8_array(&leased->ids[first_row], nrows),
-                        pg::int4_array(ends, nmessages),
-                        pg::int4_array(message_categories, nmessages),
-                        pg::int8_array(objects, nmessages),
-                        PointerGetDatum(construct_array(added, nmessages, TIMESTAMPTZOID, 8,
-                                                        FLOAT8PASSBYVAL, TYPALIGN_DOUBLE)),
+                        PointerGetDatum(handed_out),
                         BoolGetDatum(false)};
-    bool nulls[16] = {false};
+    bool nulls[11] = {false};
     return HeapTupleGetDatum(heap_form_tuple(desc, values, nulls));
 }
 
@@ -128,8 +127,8 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
         GetSysCacheOid2(TYPENAMENSP, Anum_pg_type_oid, CStringGetDatum("consumer_claims"),
                         ObjectIdGetDatum(get_namespace_oid("outbox", false)));
     TupleDesc desc = lookup_rowtype_tupdesc(row_type, -1);
-    if (desc->natts != 16)
-        elog(ERROR, "pg_outbox: outbox.consumer_claims has %d columns, not 16", desc->natts);
+    if (desc->natts != 11)
+        elog(ERROR, "pg_outbox: outbox.consumer_claims has %d columns, not 11", desc->natts);
     auto *rows = (Datum *)palloc(sizeof(Datum) * s->nleased);
     auto *turns = (Datum *)palloc(sizeof(Datum) * s->nleased);
     int k = 0;
@@ -153,11 +152,9 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
     // the shards that may have a turn, not an anti-join over the table.
     const char *sql =
         "INSERT INTO outbox.consumer_claims AS l (claim, silo, shard_scope, shard_identifier,"
-        " cell_name, consumer, claimed_at, lease_until, categories, rows_ctid, rows_id,"
-        " message_ends, message_category, message_object, message_added)"
+        " cell_name, consumer, claimed_at, lease_until, categories, handed_out)"
         " SELECT c.claim, c.silo, c.shard_scope, c.shard_identifier, c.cell_name, c.consumer,"
-        " c.claimed_at, c.lease_until, c.categories, c.rows_ctid, c.rows_id, c.message_ends,"
-        " c.message_category, c.message_object, c.message_added"
+        " c.claimed_at, c.lease_until, c.categories, c.handed_out"
         " FROM pg_catalog.unnest($1) WITH ORDINALITY AS c"
         " JOIN pg_catalog.unnest($2) WITH ORDINALITY AS t (turn_before, k)"
         " ON t.k = c.ordinality"
@@ -168,10 +165,7 @@ int64 *insert_leases(const DrainBatch *batch, const LeasedBatch *leased, const S
         " ON CONFLICT (silo, shard_scope, shard_identifier, cell_name) DO UPDATE SET"
         " claim = excluded.claim, consumer = excluded.consumer,"
         " claimed_at = excluded.claimed_at, lease_until = excluded.lease_until,"
-        " categories = excluded.categories, rows_ctid = excluded.rows_ctid,"
-        " rows_id = excluded.rows_id, message_ends = excluded.message_ends,"
-        " message_category = excluded.message_category,"
-        " message_object = excluded.message_object, message_added = excluded.message_added,"
+        " categories = excluded.categories, handed_out = excluded.handed_out,"
         " released = false WHERE l.lease_until <= pg_catalog.clock_timestamp()"
         " RETURNING l.claim";
     MemoryContext caller = CurrentMemoryContext;
