@@ -92,8 +92,8 @@ void keep_turns(const int64 *turn_claims, Datum *turn_silos, const int32 *turn_s
         "INSERT INTO outbox.consumer_claims (claim, silo, shard_scope, shard_identifier,"
         " cell_name, consumer, claimed_at, lease_until, categories, handed_out, released)"
         " SELECT k.claim, k.silo, k.scope, k.identifier, k.cell, k.consumer,"
-        " pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), '{}', '', true FROM ROWS "
-        "FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
+        " pg_catalog.clock_timestamp(), pg_catalog.clock_timestamp(), '{}', '', true"
+        " FROM ROWS FROM (pg_catalog.unnest($1), pg_catalog.unnest($2),"
         " pg_catalog.unnest($3), pg_catalog.unnest($4), pg_catalog.unnest($5),"
         " pg_catalog.unnest($6)) AS k (claim, silo, scope, identifier, cell, consumer)",
         6, turn_types, turn_args, nullptr, false, SPI_OK_INSERT);
