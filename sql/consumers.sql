@@ -296,6 +296,7 @@ UPDATE outbox.consumer_claims SET handed_out = substr(handed_out, 1, length(hand
 SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
 UPDATE outbox.consumer_claims SET handed_out = '\x02010000' WHERE claim IN (SELECT claim FROM got);
 SELECT pg_temp.err(format('SELECT outbox.complete(%L)', array_agg(DISTINCT claim))) FROM got;
+SELECT pg_temp.err(format('SELECT outbox.fail(%s, 1, %L)', min(claim), 'e')) FROM got;
 SELECT count(*) AS rows_left FROM outbox.cell_outbox WHERE shard_identifier = 7;
 SELECT count(*) AS held FROM outbox.consumer_claims WHERE claim IN (SELECT claim FROM got)
    AND NOT released AND lease_until > now();
