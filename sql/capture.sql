@@ -197,3 +197,28 @@ SELECT note FROM moved_by_trigger WHERE id = 1;
 SELECT object_identifier, shard_identifier,
        rank() OVER (PARTITION BY object_identifier, shard_identifier ORDER BY id) AS change
   FROM outbox.cell_outbox WHERE object_identifier = 1 ORDER BY id;
+
+-- A writer's memory is one context kept for the session and reset between
+-- writers (outbox_writer.cpp): after statements of 10,000 rows and of one
+-- there is one, under TopMemoryContext.  A statement that fails while its
+-- writer holds rows (here the outbox's id sequence runs out at the fourth
+-- block of ids, 1,000 rows after the writer wrote its first 2,000) takes
+-- the writer's context with it, and the next statement makes one again.
+TRUNCATE outbox.cell_outbox;
+CREATE TABLE writer_memory (id bigint PRIMARY KEY, org bigint NOT NULL);
+SELECT outbox.register_table('writer_memory', 'PROJECT_UPDATE', shard_column => 'org');
+INSERT INTO writer_memory SELECT g, g % 16 FROM generate_series(1, 10000) g;
+UPDATE writer_memory SET org = org + 1 WHERE id = 1;
+SELECT c.parent, count(*) FROM pg_backend_memory_contexts c
+ WHERE c.name = 'pg_outbox writer' GROUP BY 1;
+SELECT last_value AS id_seq_was FROM outbox.cell_outbox_id_seq \gset
+SELECT setval('outbox.cell_outbox_id_seq', 9223372036854775807 - 3500) > 0 AS near_the_end;
+INSERT INTO writer_memory SELECT g, g % 16 FROM generate_series(10001, 20000) g;
+SELECT setval('outbox.cell_outbox_id_seq', :id_seq_was) > 0 AS restored;
+SELECT count(*) FROM pg_backend_memory_contexts c WHERE c.name = 'pg_outbox writer';
+INSERT INTO writer_memory VALUES (20001, 1);
+SELECT c.parent, count(*) FROM pg_backend_memory_contexts c
+ WHERE c.name = 'pg_outbox writer' GROUP BY 1;
+SELECT count(*) AS outbox_rows, count(DISTINCT object_identifier) AS objects,
+       max(object_identifier) AS last
+  FROM outbox.cell_outbox WHERE category = 8;
