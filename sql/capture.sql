@@ -209,7 +209,9 @@ CREATE TABLE writer_memory (id bigint PRIMARY KEY, org bigint NOT NULL);
 SELECT outbox.register_table('writer_memory', 'PROJECT_UPDATE', shard_column => 'org');
 INSERT INTO writer_memory SELECT g, g % 16 FROM generate_series(1, 10000) g;
 UPDATE writer_memory SET org = org + 1 WHERE id = 1;
-SELECT c.parent, count(*) FROM pg_backend_memory_contexts c
+-- Kept at its first block: 2 MB (CHANGELOG), the rest given back.
+SELECT c.parent, count(*), max(c.total_bytes) <= 2 * 1024 * 1024 AS at_most_2_mb
+  FROM pg_backend_memory_contexts c
  WHERE c.name = 'pg_outbox writer' GROUP BY 1;
 SELECT last_value AS id_seq_was FROM outbox.cell_outbox_id_seq \gset
 SELECT setval('outbox.cell_outbox_id_seq', 9223372036854775807 - 3500) > 0 AS near_the_end;
